@@ -1,0 +1,16 @@
+/* graft: trace tensor computations into dataflow graphs, plan them, run them.
+ * The umbrella header; see include/graft/ for each part. */
+#ifndef GRAFT_H
+#define GRAFT_H
+
+#include "graft/version.h"
+#include "graft/status.h"
+#include "graft/alloc.h"
+#include "graft/tensor.h"
+#include "graft/runtime.h"
+#include "graft/trace.h"
+#include "graft/ops.h"
+#include "graft/function.h"
+#include "graft/module.h"
+
+#endif /* GRAFT_H */

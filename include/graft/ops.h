@@ -1,0 +1,143 @@
+/* graft: ops.
+ *
+ * Every op takes the trace first and returns a new value, or a poison value
+ * after recording an error on the trace (see trace.h).  No op ever aborts.
+ *
+ * Dtypes: binary ops need both operands of one dtype (no implicit
+ * promotion; use graft_cast).  f32 and f64 are supported by every op; i32 by
+ * add, sub, mul, neg, abs, sign, square, maximum, minimum, greater, less,
+ * equal, where, reduce_sum, reduce_max, reduce_prod, the shape ops, cast,
+ * one_hot (labels) and softmax_cross_entropy (labels).  Comparisons return
+ * their operands' dtype holding 1 or 0.
+ *
+ * Broadcasting follows NumPy: shapes are aligned on the right; a dim of 1
+ * stretches; missing leading dims count as 1.
+ */
+#ifndef GRAFT_OPS_H
+#define GRAFT_OPS_H
+
+#include <stdint.h>
+
+#include "graft/status.h"
+#include "graft/tensor.h"
+#include "graft/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Flags of graft_matmul. */
+#define GRAFT_TRANS_A 1u
+#define GRAFT_TRANS_B 2u
+
+/* ---- leaves ---------------------------------------------------------- */
+/* Rank-0 constant. */
+GRAFT_API graft_value *graft_scalar(graft_trace *t, graft_dtype dt, double v);
+/* Constant copied from host data (row-major, dt elements). */
+GRAFT_API graft_value *graft_constant(graft_trace *t, graft_dtype dt, int rank,
+                                      const int64_t *shape, const void *data);
+/* Constant of the given shape (dims may be symbols) filled with v. */
+GRAFT_API graft_value *graft_fill(graft_trace *t, graft_dtype dt, int rank,
+                                  const int64_t *shape, double v);
+GRAFT_API graft_value *graft_zeros_like(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_ones_like(graft_trace *t, graft_value *x);
+
+/* ---- elementwise binary (broadcasting) -------------------------------- */
+GRAFT_API graft_value *graft_add(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_sub(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_mul(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_div(graft_trace *t, graft_value *a, graft_value *b);
+/* a ** b, real: a < 0 with non-integer b gives NaN as in C pow(). */
+GRAFT_API graft_value *graft_pow(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_maximum(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_minimum(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_greater(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_less(graft_trace *t, graft_value *a, graft_value *b);
+GRAFT_API graft_value *graft_equal(graft_trace *t, graft_value *a, graft_value *b);
+/* cond != 0 ? a : b, all three broadcast together; cond may have any dtype,
+ * a and b share theirs. */
+GRAFT_API graft_value *graft_where(graft_trace *t, graft_value *cond,
+                                   graft_value *a, graft_value *b);
+
+/* ---- elementwise unary ------------------------------------------------ */
+GRAFT_API graft_value *graft_neg(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_square(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_sqrt(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_exp(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_log(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_log1p(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_tanh(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_sigmoid(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_relu(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_abs(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_sign(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_sin(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_cos(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_tan(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_lgamma(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_digamma(graft_trace *t, graft_value *x);
+/* n-th derivative of digamma, n >= 1 (n = 0 is digamma). */
+GRAFT_API graft_value *graft_polygamma(graft_trace *t, int n, graft_value *x);
+/* Identity whose gradient is zero (identity until gradients exist). */
+GRAFT_API graft_value *graft_stop_gradient(graft_trace *t, graft_value *x);
+GRAFT_API graft_value *graft_cast(graft_trace *t, graft_value *x, graft_dtype to);
+
+/* ---- reductions: n_axes 0 (axes NULL) = all axes; negative axes count
+ * from the end; each axis at most once.  keepdims keeps reduced dims as 1. */
+GRAFT_API graft_value *graft_reduce_sum(graft_trace *t, graft_value *x, int n_axes,
+                                        const int *axes, int keepdims);
+GRAFT_API graft_value *graft_reduce_mean(graft_trace *t, graft_value *x, int n_axes,
+                                         const int *axes, int keepdims);
+GRAFT_API graft_value *graft_reduce_max(graft_trace *t, graft_value *x, int n_axes,
+                                        const int *axes, int keepdims);
+GRAFT_API graft_value *graft_reduce_prod(graft_trace *t, graft_value *x, int n_axes,
+                                         const int *axes, int keepdims);
+GRAFT_API graft_value *graft_logsumexp(graft_trace *t, graft_value *x, int n_axes,
+                                       const int *axes, int keepdims);
+
+/* ---- linear algebra --------------------------------------------------- */
+/* a @ b on the last two dims (rank >= 2 each); leading (batch) dims
+ * broadcast.  GRAFT_TRANS_A / GRAFT_TRANS_B transpose the last two dims of a
+ * / b first.  f32 and f64 (CBLAS). */
+GRAFT_API graft_value *graft_matmul(graft_trace *t, graft_value *a, graft_value *b,
+                                    unsigned flags);
+
+/* ---- shape ops -------------------------------------------------------- */
+/* perm: a permutation of 0..rank-1; NULL reverses the dims. */
+GRAFT_API graft_value *graft_transpose(graft_trace *t, graft_value *x, const int *perm);
+/* One dim may be -1 (inferred); dims may be symbols of this trace. */
+GRAFT_API graft_value *graft_reshape(graft_trace *t, graft_value *x, int rank,
+                                     const int64_t *shape);
+GRAFT_API graft_value *graft_broadcast_to(graft_trace *t, graft_value *x, int rank,
+                                          const int64_t *shape);
+/* Sum x down to shape (the inverse of broadcasting, for gradients): shape
+ * must broadcast to x's shape. */
+GRAFT_API graft_value *graft_sum_to_shape(graft_trace *t, graft_value *x, int rank,
+                                          const int64_t *shape);
+/* x[begin[i] : begin[i] + size[i]] on every dim; size[i] = -1 means "to the
+ * end". */
+GRAFT_API graft_value *graft_slice(graft_trace *t, graft_value *x,
+                                   const int64_t *begin, const int64_t *size);
+/* Join n >= 1 values of one dtype and rank along axis (negative: from the
+ * end); other dims must match. */
+GRAFT_API graft_value *graft_concat(graft_trace *t, int n, graft_value *const *xs,
+                                    int axis);
+/* labels (i32, any shape) -> labels.shape + [depth] of dtype dt, 1 where
+ * the label matches, 0 elsewhere (labels outside [0, depth) give a zero row). */
+GRAFT_API graft_value *graft_one_hot(graft_trace *t, graft_value *labels,
+                                     int64_t depth, graft_dtype dt);
+
+/* ---- neural-network ops ---------------------------------------------- */
+/* Along axis (negative: from the end). */
+GRAFT_API graft_value *graft_softmax(graft_trace *t, graft_value *x, int axis);
+GRAFT_API graft_value *graft_log_softmax(graft_trace *t, graft_value *x, int axis);
+/* logits [N, C] (f32/f64), labels [N] (i32 in [0, C)): the mean over the
+ * batch of -log_softmax(logits)[i, labels[i]], computed stably; a rank-0
+ * value.  A label outside [0, C) makes the call fail with GRAFT_EINVAL. */
+GRAFT_API graft_value *graft_softmax_cross_entropy(graft_trace *t, graft_value *logits,
+                                                   graft_value *labels);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRAFT_OPS_H */

@@ -1,0 +1,83 @@
+/* graft: the runtime (worker team and its configuration).
+ *
+ * A runtime holds the resolved configuration: thread count, scheduler,
+ * partition level, topology, binding, tile grain and trace output.  It is
+ * read once, at graft_runtime_create.  Precedence for every setting: a field
+ * set in graft_runtime_opts > the GRAFT_* environment variable > OpenMP state
+ * > hwloc.  An invalid value is an error that names the variable and lists
+ * the accepted values.
+ *
+ * | variable          | values                                        | default                  |
+ * |-------------------|-----------------------------------------------|--------------------------|
+ * | GRAFT_NUM_THREADS | positive integer                              | omp_get_max_threads()    |
+ * | GRAFT_SCHED       | ws, omp, seq                                  | ws                       |
+ * | GRAFT_PARTITION   | auto, none, package, numa, l3, l2, core       | auto                     |
+ * | GRAFT_TOPOLOGY    | hwloc synthetic description, or xml:PATH      | this machine             |
+ * | GRAFT_BIND        | true, false                                   | true on real topologies  |
+ * | GRAFT_GRAIN       | positive integer (elements per tile)          | 32768                    |
+ * | GRAFT_TRACE       | path of a Chrome trace JSON file              | off                      |
+ * | GRAFT_DISPLAY_ENV | true, verbose, false                          | false                    |
+ *
+ * Thread safety: a runtime may be shared by several functions, and distinct
+ * functions on one runtime may be called concurrently from different
+ * threads.  graft_runtime_destroy must not race with any call that uses the
+ * runtime, and every function created on it must be destroyed first.
+ */
+#ifndef GRAFT_RUNTIME_H
+#define GRAFT_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graft/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct graft_runtime graft_runtime;
+
+/* Option bag: a zero / NULL field means "not set here" (the environment,
+ * then OpenMP, then hwloc decide).  Initialise with graft_runtime_opts_init
+ * or designated initializers. */
+typedef struct graft_runtime_opts {
+  int num_threads;        /* > 0 */
+  const char *sched;      /* "ws", "omp", "seq" */
+  const char *partition;  /* "auto", "none", "package", "numa", "l3", "l2", "core" */
+  const char *topology;   /* hwloc synthetic description or "xml:PATH" */
+  const char *trace_path; /* Chrome trace JSON output */
+  int bind;               /* 0 unset, 1 true, -1 false */
+  int64_t grain;          /* elements per tile, > 0 */
+} graft_runtime_opts;
+
+GRAFT_API void graft_runtime_opts_init(graft_runtime_opts *opts);
+
+/* Create a runtime.  opts NULL = environment defaults.  On failure *out is
+ * NULL and, if errbuf is not NULL, a message naming the offending option or
+ * variable is written there (truncated to errlen).  Returns GRAFT_EINVAL for
+ * invalid values, GRAFT_ENOMEM, or GRAFT_EIO when a topology file cannot be
+ * read.  Free with graft_runtime_destroy. */
+GRAFT_API graft_status graft_runtime_create(const graft_runtime_opts *opts,
+                                            graft_runtime **out);
+
+/* Same, with a buffer that receives the message of a failure. */
+GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts,
+                                               graft_runtime **out,
+                                               char *errbuf, size_t errlen);
+
+/* NULL is a no-op. */
+GRAFT_API void graft_runtime_destroy(graft_runtime *rt);
+
+/* Writes "threads=2 sched=ws partition=auto domains=1 ..." into buf (always
+ * NUL-terminated when len > 0); returns the length the full text needs, like
+ * snprintf. */
+GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf,
+                                     size_t len);
+
+/* Resolved thread count of rt. */
+GRAFT_API int graft_runtime_num_threads(const graft_runtime *rt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRAFT_RUNTIME_H */

@@ -1,0 +1,176 @@
+/* The one place where GRAFT_* variables and runtime options are parsed.
+ * Precedence: a field set in graft_runtime_opts > the environment > defaults
+ * resolved later from OpenMP and hwloc. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+
+static const char *const sched_names[] = {"ws", "omp", "seq"};
+static const char *const level_names[] = {"auto", "none", "package", "numa", "l3", "l2", "core"};
+
+const char *graft__sched_name(graft__sched s) { return sched_names[s]; }
+const char *graft__level_name(graft__level l) { return level_names[l]; }
+
+/* The value of one setting and where it came from, for messages. */
+typedef struct setting {
+  const char *value;
+  const char *origin; /* "GRAFT_SCHED" or "graft_runtime_opts.sched" */
+} setting;
+
+static setting pick(const char *opt, const char *opt_name, const char *env_name) {
+  setting s = {NULL, NULL};
+  if (opt) {
+    s.value = opt;
+    s.origin = opt_name;
+  } else {
+    const char *e = getenv(env_name);
+    if (e) {
+      s.value = e;
+      s.origin = env_name;
+    }
+  }
+  return s;
+}
+
+static graft_status bad(char *msg, setting s, const char *accepted) {
+  graft__msgf(msg, "%s: invalid value '%s' (accepted: %s)", s.origin, s.value, accepted);
+  return GRAFT_EINVAL;
+}
+
+static int parse_enum(const char *v, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(v, names[i]) == 0) return i;
+  return -1;
+}
+
+/* Strict positive integer: digits only, no sign, no trailing junk. */
+static int parse_pos(const char *v, int64_t max, int64_t *out) {
+  if (!*v) return -1;
+  for (const char *p = v; *p; p++)
+    if (*p < '0' || *p > '9') return -1;
+  errno = 0;
+  char *end;
+  long long x = strtoll(v, &end, 10);
+  if (errno || *end || x <= 0 || x > max) return -1;
+  *out = x;
+  return 0;
+}
+
+static graft_status parse_threads(const graft_runtime_opts *o, graft__config *c, char *msg) {
+  if (o && o->num_threads) {
+    if (o->num_threads < 0 || o->num_threads > 4096) {
+      graft__msgf(msg, "graft_runtime_opts.num_threads: invalid value %d (accepted: 1..4096)",
+                  o->num_threads);
+      return GRAFT_EINVAL;
+    }
+    c->num_threads = o->num_threads;
+    return GRAFT_OK;
+  }
+  setting s = pick(NULL, NULL, "GRAFT_NUM_THREADS");
+  if (!s.value) return GRAFT_OK;
+  int64_t n;
+  if (parse_pos(s.value, 4096, &n)) return bad(msg, s, "a positive integer up to 4096");
+  c->num_threads = (int)n;
+  return GRAFT_OK;
+}
+
+static graft_status parse_grain(const graft_runtime_opts *o, graft__config *c, char *msg) {
+  c->grain = GRAFT__DEFAULT_GRAIN;
+  if (o && o->grain) {
+    if (o->grain < 0) {
+      graft__msgf(msg, "graft_runtime_opts.grain: invalid value %lld (accepted: a positive integer)",
+                  (long long)o->grain);
+      return GRAFT_EINVAL;
+    }
+    c->grain = o->grain;
+    return GRAFT_OK;
+  }
+  setting s = pick(NULL, NULL, "GRAFT_GRAIN");
+  if (!s.value) return GRAFT_OK;
+  if (parse_pos(s.value, INT64_MAX / 2, &c->grain)) return bad(msg, s, "a positive integer");
+  return GRAFT_OK;
+}
+
+static graft_status parse_bind(const graft_runtime_opts *o, graft__config *c, char *msg) {
+  c->bind = -1;
+  if (o && o->bind) {
+    if (o->bind != 1 && o->bind != -1) {
+      graft__msgf(msg, "graft_runtime_opts.bind: invalid value %d (accepted: 0 unset, 1 true, -1 false)",
+                  o->bind);
+      return GRAFT_EINVAL;
+    }
+    c->bind = o->bind == 1;
+    return GRAFT_OK;
+  }
+  setting s = pick(NULL, NULL, "GRAFT_BIND");
+  if (!s.value) return GRAFT_OK;
+  static const char *const names[] = {"false", "true"};
+  int v = parse_enum(s.value, names, 2);
+  if (v < 0) return bad(msg, s, "true, false");
+  c->bind = v;
+  return GRAFT_OK;
+}
+
+static graft_status copy_str(const char *v, char **dst) {
+  if (!v) return GRAFT_OK;
+  *dst = graft__strdup(v);
+  return *dst ? GRAFT_OK : GRAFT_ENOMEM;
+}
+
+graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, char *msg) {
+  memset(c, 0, sizeof *c);
+  msg[0] = '\0';
+  graft_status st;
+  if ((st = parse_threads(o, c, msg)) || (st = parse_grain(o, c, msg)) ||
+      (st = parse_bind(o, c, msg)))
+    return st;
+
+  setting s = pick(o ? o->sched : NULL, "graft_runtime_opts.sched", "GRAFT_SCHED");
+  c->sched = GRAFT__SCHED_WS;
+  if (s.value) {
+    int v = parse_enum(s.value, sched_names, (int)GRAFT__COUNT(sched_names));
+    if (v < 0) return bad(msg, s, "ws, omp, seq");
+    c->sched = (graft__sched)v;
+  }
+
+  s = pick(o ? o->partition : NULL, "graft_runtime_opts.partition", "GRAFT_PARTITION");
+  c->partition = GRAFT__LEVEL_AUTO;
+  if (s.value) {
+    int v = parse_enum(s.value, level_names, (int)GRAFT__COUNT(level_names));
+    if (v < 0) return bad(msg, s, "auto, none, package, numa, l3, l2, core");
+    c->partition = (graft__level)v;
+  }
+
+  s = pick(NULL, NULL, "GRAFT_DISPLAY_ENV");
+  if (s.value) {
+    static const char *const names[] = {"false", "true", "verbose"};
+    int v = parse_enum(s.value, names, 3);
+    if (v < 0) return bad(msg, s, "true, verbose, false");
+    c->display_env = v;
+  }
+
+  s = pick(o ? o->topology : NULL, "graft_runtime_opts.topology", "GRAFT_TOPOLOGY");
+  if (s.value && !*s.value) return bad(msg, s, "an hwloc synthetic description or xml:PATH");
+  if ((st = copy_str(s.value, &c->topology))) goto fail;
+
+  s = pick(o ? o->trace_path : NULL, "graft_runtime_opts.trace_path", "GRAFT_TRACE");
+  if (s.value && !*s.value) {
+    graft__config_free(c);
+    return bad(msg, s, "a file path");
+  }
+  if ((st = copy_str(s.value, &c->trace_path))) goto fail;
+  return GRAFT_OK;
+
+fail:
+  graft__msgf(msg, "out of memory while reading the configuration");
+  graft__config_free(c);
+  return st;
+}
+
+void graft__config_free(graft__config *c) {
+  graft__free(c->topology);
+  graft__free(c->trace_path);
+  c->topology = c->trace_path = NULL;
+}

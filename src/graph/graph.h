@@ -1,0 +1,182 @@
+/* graft internal: the graph IR and the interface of src/graph to the other
+ * areas (sched, kernels, grad).
+ *
+ * A graph is an append-only list of single-output nodes.  A node's inputs
+ * always have smaller ids, so id order is a topological order.  Node storage
+ * is chunked so a node's address (and so a graft_value) never moves.
+ *
+ * Shapes may hold symbolic dims (codes GRAFT_DIM_SYM(k) < -1, see trace.h).
+ * At compile, every shape rule runs again in concrete mode with the sizes of
+ * the call's inputs, and each symbol is bound to its size (graft__shape_unify).
+ */
+#ifndef GRAFT_GRAPH_H
+#define GRAFT_GRAPH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/common.h"
+#include "graft/module.h"
+#include "graft/ops.h"
+#include "graft/trace.h"
+#include "graph/op_map.h"
+
+/* A public value handle is embedded at the top of each node. */
+struct graft_value {
+  struct graft__graph *g;
+  uint32_t id;
+};
+
+#define GRAFT__POISON_ID UINT32_MAX
+
+/* Who emitted a node: the user's trace, or a gradient builder (for DOT). */
+enum graft__role { GRAFT__ROLE_FORWARD = 0, GRAFT__ROLE_BACKWARD, GRAFT__ROLE_TANGENT };
+
+/* Op parameters; which member is used depends on the op. */
+typedef union graft__attr {
+  struct { unsigned mask; int keepdims; } reduce;     /* REDUCE_*, LOGSUMEXP: bit i = axis i */
+  struct { int perm[GRAFT_MAX_RANK]; } transpose;     /* out dim i = in dim perm[i] */
+  struct { int rank; int64_t dims[GRAFT_MAX_RANK]; } target; /* RESHAPE (-1 = infer), BROADCAST_TO, SUM_TO_SHAPE, FILL */
+  struct { int64_t begin[GRAFT_MAX_RANK], size[GRAFT_MAX_RANK]; } slice; /* size -1 = to the end */
+  struct { int axis; } axis;                          /* CONCAT, SOFTMAX, LOG_SOFTMAX (normalized >= 0) */
+  struct { int64_t depth; } one_hot;
+  struct { unsigned flags; } matmul;                  /* GRAFT_TRANS_A | GRAFT_TRANS_B */
+  struct { int n; } polygamma;
+  struct { const void *data; } constant;              /* graph-owned copy */
+  struct { graft_variable *var; } var;                /* VAR_READ, ASSIGN */
+  struct { int index; } input;                        /* INPUT: position in the signature */
+} graft__attr;
+
+typedef struct graft__node {
+  graft_value v;               /* must stay first: (graft_value *) == node */
+  uint16_t op;                 /* graft__op */
+  uint8_t dtype;               /* graft_dtype of the output */
+  uint8_t rank;
+  uint8_t role;                /* graft__role */
+  int32_t n_in;                /* data inputs */
+  uint32_t *in;                /* n_in input ids (graph arena) */
+  int64_t shape[GRAFT_MAX_RANK]; /* may hold symbols */
+  double fill;                 /* FILL value (also rank-0 scalars) */
+  graft__attr attr;
+} graft__node;
+
+/* What a symbol stands for. */
+typedef struct graft__sym {
+  int input;   /* input index, or -1 for a derived symbol (reshape -1) */
+  int dim;
+} graft__sym;
+
+typedef struct graft__graph {
+  graft__node **chunks;        /* GRAFT__CHUNK nodes each */
+  int64_t n_chunks, cap_chunks;
+  uint32_t n_nodes;
+  graft__arena arena;          /* input lists, constant data */
+  graft__sym *syms;
+  int64_t n_syms, cap_syms;
+  uint32_t *inputs;            /* n_inputs INPUT node ids */
+  int n_inputs;
+  uint32_t *outputs;           /* n_outputs node ids */
+  int n_outputs;
+  graft_variable **vars;       /* variables referenced (one reference each) */
+  int64_t n_vars, cap_vars;
+  char *name;
+} graft__graph;
+
+#define GRAFT__CHUNK_BITS 10
+#define GRAFT__CHUNK (1u << GRAFT__CHUNK_BITS)
+
+static inline graft__node *graft__graph_node(const graft__graph *g, uint32_t id) {
+  return &g->chunks[id >> GRAFT__CHUNK_BITS][id & (GRAFT__CHUNK - 1)];
+}
+
+/* Op table rows, from GRAFT_OP_MAP. */
+typedef struct graft__shape {
+  graft_dtype dtype;
+  int rank;
+  int64_t dims[GRAFT_MAX_RANK];
+} graft__shape;
+
+/* Shape-rule context.  binding == NULL: symbolic (trace) mode, undecidable
+ * checks are deferred; else concrete mode, binding[k] is symbol k's size
+ * (-1 while unbound).  msg receives the reason of a failure, without the op
+ * name prefix. */
+typedef struct graft__shape_ctx {
+  int64_t *binding;
+  graft__graph *g;             /* symbolic mode: to make derived symbols */
+  char msg[GRAFT__MSG_LEN];
+} graft__shape_ctx;
+
+typedef graft_status (*graft__shape_fn)(graft__shape_ctx *c, const graft__node *n,
+                                        const graft__shape *in, graft__shape *out);
+
+typedef struct graft__op_info {
+  const char *name;
+  int arity;
+  graft__shape_fn shape;
+  unsigned flags;
+} graft__op_info;
+
+extern const graft__op_info graft__ops[GRAFT__OP_COUNT];
+
+/* ---- graph ----------------------------------------------------------- */
+graft__graph *graft__graph_create(const char *name, int n_inputs, int n_outputs);
+void graft__graph_destroy(graft__graph *g);
+/* Append a node (inputs copied); NULL on ENOMEM.  The caller fills shape. */
+graft__node *graft__graph_add(graft__graph *g, int op, int n_in, const uint32_t *in);
+/* New symbol; its code is GRAFT_DIM_SYM(returned index), or -1 on ENOMEM. */
+int64_t graft__graph_new_sym(graft__graph *g, int input, int dim);
+/* Record that g references v (takes a reference once per variable). */
+graft_status graft__graph_ref_var(graft__graph *g, graft_variable *v);
+
+/* live[i] = 1 for nodes that reach an output or a side effect. */
+void graft__graph_prune(const graft__graph *g, uint8_t *live);
+
+/* Write g in Graphviz DOT: inputs, variables, constants, ops and side
+ * effects styled apart, backward/tangent nodes coloured by role, pruned
+ * nodes dashed. */
+graft_status graft__graph_write_dot(const graft__graph *g, FILE *to);
+
+/* ---- shapes ---------------------------------------------------------- */
+/* Run n's shape rule on inputs in[] (concrete if c->binding). */
+graft_status graft__shape_infer(graft__shape_ctx *c, const graft__node *n,
+                                const graft__shape *in, graft__shape *out);
+/* Bind the symbols of a trace-time shape sym to concrete sizes conc.
+ * Returns GRAFT_ESHAPE (with c->msg) on a contradiction. */
+graft_status graft__shape_unify(graft__shape_ctx *c, int rank, const int64_t *sym,
+                                const int64_t *conc);
+/* The shape of node n as a graft__shape (trace-time dims). */
+void graft__node_shape(const graft__node *n, graft__shape *out);
+
+/* ---- variables ------------------------------------------------------- */
+struct graft_variable {
+  char *name;
+  graft_tensor *value;
+  unsigned flags;
+  int refs;        /* owner + graphs (atomic) */
+  int destroyed;   /* the owner gave it up */
+  int busy;        /* a call is committing into it (atomic) */
+};
+void graft__variable_ref(graft_variable *v);
+void graft__variable_unref(graft_variable *v);
+
+/* ---- trace ----------------------------------------------------------- */
+struct graft_trace {
+  graft__graph *g;
+  graft_status status;
+  char msg[GRAFT__MSG_LEN];
+  graft_value poison;
+  /* current value of each assigned variable in this trace */
+  graft_variable **cur_var;
+  uint32_t *cur_val;
+  int64_t n_cur, cap_cur;
+  uint8_t role;    /* role of the nodes being emitted */
+};
+
+/* Initialise t for tracing into g; graft__trace_end frees what it owns. */
+void graft__trace_begin(graft_trace *t, graft__graph *g);
+void graft__trace_end(graft_trace *t);
+/* Record a failure on t (first wins). */
+void graft__trace_failf(graft_trace *t, graft_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif /* GRAFT_GRAPH_H */

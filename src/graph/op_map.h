@@ -1,0 +1,100 @@
+/* graft internal: THE op list.  Every op is named once, here.
+ *
+ * X(ENUM, name, arity, shape_rule, flags)
+ *   ENUM        GRAFT__OP_<ENUM>
+ *   name        the public name (graft_<name>), used in messages and DOT
+ *   arity       number of data inputs; -1 = variadic (concat)
+ *   shape_rule  a graft__shape_<rule> function of shape.c
+ *   flags       GRAFT__OPF_* below
+ *
+ * src/kernels/ and (later) src/grad/ expand this list into their own tables,
+ * each checked against GRAFT__OP_COUNT at compile time.
+ */
+#ifndef GRAFT_OP_MAP_H
+#define GRAFT_OP_MAP_H
+
+/* The op keeps no kernel: its buffer is bound at call time (input tensor,
+ * variable storage). */
+#define GRAFT__OPF_EXTERNAL 0x01u
+/* i32 operands are accepted. */
+#define GRAFT__OPF_INT 0x02u
+/* Elementwise over broadcast inputs (may later run in place). */
+#define GRAFT__OPF_ELEMWISE 0x04u
+/* Has an effect beyond its value (kept by pruning). */
+#define GRAFT__OPF_SIDE_EFFECT 0x08u
+/* The kernel may fail on data (e.g. a label out of range). */
+#define GRAFT__OPF_FALLIBLE 0x10u
+/* Leaf: no data inputs. */
+#define GRAFT__OPF_LEAF 0x20u
+/* Output is f32/f64 only even if it has no float input. */
+#define GRAFT__OPF_FLOAT 0x40u
+
+#define GRAFT_OP_MAP(X)                                                           \
+  /* leaves */                                                                    \
+  X(INPUT, "input", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_EXTERNAL | GRAFT__OPF_INT) \
+  X(VAR_READ, "read", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_EXTERNAL | GRAFT__OPF_INT) \
+  X(CONST, "constant", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_INT)                 \
+  X(FILL, "fill", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_INT)                      \
+  /* elementwise unary */                                                         \
+  X(NEG, "neg", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                   \
+  X(SQUARE, "square", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)             \
+  X(SQRT, "sqrt", 1, unary, GRAFT__OPF_ELEMWISE)                                  \
+  X(EXP, "exp", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
+  X(LOG, "log", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
+  X(LOG1P, "log1p", 1, unary, GRAFT__OPF_ELEMWISE)                                \
+  X(TANH, "tanh", 1, unary, GRAFT__OPF_ELEMWISE)                                  \
+  X(SIGMOID, "sigmoid", 1, unary, GRAFT__OPF_ELEMWISE)                            \
+  X(RELU, "relu", 1, unary, GRAFT__OPF_ELEMWISE)                                  \
+  X(ABS, "abs", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                   \
+  X(SIGN, "sign", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                 \
+  X(SIN, "sin", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
+  X(COS, "cos", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
+  X(TAN, "tan", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
+  X(LGAMMA, "lgamma", 1, unary, GRAFT__OPF_ELEMWISE)                              \
+  X(DIGAMMA, "digamma", 1, unary, GRAFT__OPF_ELEMWISE)                            \
+  X(POLYGAMMA, "polygamma", 1, unary, GRAFT__OPF_ELEMWISE)                        \
+  X(STOP_GRADIENT, "stop_gradient", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT) \
+  X(CAST, "cast", 1, cast, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
+  /* elementwise binary, broadcasting */                                          \
+  X(ADD, "add", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
+  X(SUB, "sub", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
+  X(MUL, "mul", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
+  X(DIV, "div", 2, binary, GRAFT__OPF_ELEMWISE)                                   \
+  X(POW, "pow", 2, binary, GRAFT__OPF_ELEMWISE)                                   \
+  X(MAXIMUM, "maximum", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)          \
+  X(MINIMUM, "minimum", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)          \
+  X(GREATER, "greater", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)          \
+  X(LESS, "less", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                \
+  X(EQUAL, "equal", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)              \
+  X(WHERE, "where", 3, where, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)               \
+  /* reductions */                                                                \
+  X(REDUCE_SUM, "reduce_sum", 1, reduce, GRAFT__OPF_INT)                          \
+  X(REDUCE_MEAN, "reduce_mean", 1, reduce, 0)                                     \
+  X(REDUCE_MAX, "reduce_max", 1, reduce, GRAFT__OPF_INT)                          \
+  X(REDUCE_PROD, "reduce_prod", 1, reduce, GRAFT__OPF_INT)                        \
+  X(LOGSUMEXP, "logsumexp", 1, reduce, 0)                                         \
+  /* linear algebra */                                                            \
+  X(MATMUL, "matmul", 2, matmul, 0)                                               \
+  /* shape ops */                                                                 \
+  X(TRANSPOSE, "transpose", 1, transpose, GRAFT__OPF_INT)                         \
+  X(RESHAPE, "reshape", 1, reshape, GRAFT__OPF_INT)                               \
+  X(BROADCAST_TO, "broadcast_to", 1, broadcast_to, GRAFT__OPF_INT)                \
+  X(SUM_TO_SHAPE, "sum_to_shape", 1, sum_to_shape, GRAFT__OPF_INT)                \
+  X(SLICE, "slice", 1, slice, GRAFT__OPF_INT)                                     \
+  X(CONCAT, "concat", -1, concat, GRAFT__OPF_INT)                                 \
+  X(ONE_HOT, "one_hot", 1, one_hot, GRAFT__OPF_INT | GRAFT__OPF_FLOAT)            \
+  /* neural-network ops */                                                        \
+  X(SOFTMAX, "softmax", 1, softmax, 0)                                            \
+  X(LOG_SOFTMAX, "log_softmax", 1, softmax, 0)                                    \
+  X(SOFTMAX_XENT, "softmax_cross_entropy", 2, xent, GRAFT__OPF_FALLIBLE)          \
+  /* side effects */                                                              \
+  X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_INT)
+
+typedef enum graft__op {
+#define GRAFT__OP_ENUM_(e, name, arity, rule, flags) GRAFT__OP_##e,
+  GRAFT_OP_MAP(GRAFT__OP_ENUM_)
+#undef GRAFT__OP_ENUM_
+  GRAFT__OP_COUNT
+} graft__op;
+
+#endif /* GRAFT_OP_MAP_H */

@@ -1,0 +1,469 @@
+/* Public op constructors: validate, run the shape rule, append a node.
+ * Every constructor goes through emit(), which owns the sticky-error
+ * protocol: NULL, foreign and poison inputs, and the message format
+ * "<op>: <reason> (op #<id> in trace '<name>')". */
+#include <string.h>
+
+#include "graph/graph.h"
+
+/* What emit() needs beyond the inputs. */
+typedef struct spec {
+  int op;
+  graft_dtype dtype; /* output dtype for leaves, cast, one_hot */
+  double fill;
+  graft__attr attr;
+  int rank;          /* leaves: rank and shape */
+  const int64_t *shape;
+} spec;
+
+static graft_value *fail_op(graft_trace *t, int op, graft_status s, const char *reason) {
+  graft__trace_failf(t, s, "%s: %s (op #%u in trace '%s')", graft__ops[op].name, reason,
+                     t->g->n_nodes, t->g->name);
+  return &t->poison;
+}
+
+/* Common entry checks; returns NULL to go on, else the value to return. */
+static graft_value *check_inputs(graft_trace *t, int op, int n_in, graft_value *const *in) {
+  if (t->status != GRAFT_OK) return &t->poison;
+  for (int i = 0; i < n_in; i++) {
+    char why[96];
+    if (!in[i]) {
+      snprintf(why, sizeof why, "input %d is NULL", i);
+      return fail_op(t, op, GRAFT_EINVAL, why);
+    }
+    if (in[i]->g != t->g) {
+      snprintf(why, sizeof why, "input %d belongs to another trace", i);
+      return fail_op(t, op, GRAFT_EMISUSE, why);
+    }
+    if (in[i]->id == GRAFT__POISON_ID) return &t->poison;
+  }
+  return NULL;
+}
+
+static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *const *in) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, sp->op, n_in, in);
+  if (early) return early;
+
+  graft__shape shapes[16];
+  graft__shape *ins = shapes;
+  if (n_in > (int)GRAFT__COUNT(shapes)) {
+    ins = graft__malloc((size_t)n_in * sizeof *ins);
+    if (!ins) return fail_op(t, sp->op, GRAFT_ENOMEM, "out of memory");
+  }
+  uint32_t ids_small[16], *ids = ids_small;
+  if (n_in > 16) {
+    ids = graft__malloc((size_t)n_in * sizeof *ids);
+    if (!ids) {
+      if (ins != shapes) graft__free(ins);
+      return fail_op(t, sp->op, GRAFT_ENOMEM, "out of memory");
+    }
+  }
+  for (int i = 0; i < n_in; i++) {
+    graft__node_shape((const graft__node *)in[i], &ins[i]);
+    ids[i] = in[i]->id;
+  }
+
+  /* The rule sees a node on the stack first: a failed op appends nothing. */
+  graft__node probe;
+  memset(&probe, 0, sizeof probe);
+  probe.op = (uint16_t)sp->op;
+  probe.dtype = (uint8_t)sp->dtype;
+  probe.n_in = n_in;
+  probe.fill = sp->fill;
+  probe.attr = sp->attr;
+  probe.rank = (uint8_t)sp->rank;
+  if (sp->rank) memcpy(probe.shape, sp->shape, (size_t)sp->rank * sizeof(int64_t));
+
+  graft__shape_ctx c = {NULL, t->g, {0}};
+  graft__shape out;
+  graft_value *ret;
+  graft_status st = graft__shape_infer(&c, &probe, ins, &out);
+  if (st != GRAFT_OK) {
+    ret = fail_op(t, sp->op, st, c.msg);
+  } else {
+    graft__node *n = graft__graph_add(t->g, sp->op, n_in, ids);
+    if (!n) {
+      ret = fail_op(t, sp->op, GRAFT_ENOMEM, "out of memory");
+    } else {
+      n->dtype = (uint8_t)out.dtype;
+      n->rank = (uint8_t)out.rank;
+      memcpy(n->shape, out.dims, sizeof n->shape);
+      n->fill = sp->fill;
+      n->attr = sp->attr;
+      n->role = t->role;
+      ret = &n->v;
+    }
+  }
+  if (ins != shapes) graft__free(ins);
+  if (ids != ids_small) graft__free(ids);
+  return ret;
+}
+
+static int dtype_ok(graft_dtype dt) { return graft_dtype_size(dt) != 0; }
+
+/* Validate a user shape (dims >= 0, symbols of this trace, and -1 if
+ * allowed); NULL on success, else a reason. */
+static const char *bad_shape(const graft_trace *t, int rank, const int64_t *shape, int allow_infer) {
+  if (rank < 0 || rank > GRAFT_MAX_RANK) return "rank must be 0..8";
+  if (rank > 0 && !shape) return "shape is NULL";
+  for (int i = 0; i < rank; i++) {
+    int64_t d = shape[i];
+    if (d >= 0 || (d == -1 && allow_infer)) continue;
+    if (GRAFT_DIM_IS_SYM(d) && -2 - d < t->g->n_syms) continue;
+    return allow_infer ? "dims must be >= 0, -1 (infer) or a symbol of this trace"
+                       : "dims must be >= 0 or a symbol of this trace";
+  }
+  return NULL;
+}
+
+/* ---- leaves -------------------------------------------------------------- */
+
+static graft_value *leaf(graft_trace *t, int op, graft_dtype dt, int rank, const int64_t *shape,
+                         double v, const void *data) {
+  if (!t) return NULL;
+  if (t->status) return &t->poison;
+  if (!dtype_ok(dt)) return fail_op(t, op, GRAFT_EDTYPE, "invalid dtype");
+  const char *why = bad_shape(t, rank, shape, 0);
+  if (why) return fail_op(t, op, GRAFT_EINVAL, why);
+  spec sp = {.op = op, .dtype = dt, .fill = v, .rank = rank, .shape = shape};
+  if (op == GRAFT__OP_CONST) {
+    if (!data) return fail_op(t, op, GRAFT_EINVAL, "data is NULL");
+    int64_t n = graft__numel(rank, shape);
+    if (n < 0) return fail_op(t, op, GRAFT_EINVAL, "constants need concrete dims");
+    size_t bytes = (size_t)n * graft_dtype_size(dt);
+    void *copy = graft__arena_alloc(&t->g->arena, bytes ? bytes : 1);
+    if (!copy) return fail_op(t, op, GRAFT_ENOMEM, "out of memory");
+    memcpy(copy, data, bytes);
+    sp.attr.constant.data = copy;
+  } else {
+    sp.attr.target.rank = rank;
+    if (rank) memcpy(sp.attr.target.dims, shape, (size_t)rank * sizeof *shape);
+  }
+  return emit(t, &sp, 0, NULL);
+}
+
+GRAFT_API graft_value *graft_scalar(graft_trace *t, graft_dtype dt, double v) {
+  return leaf(t, GRAFT__OP_FILL, dt, 0, NULL, v, NULL);
+}
+
+GRAFT_API graft_value *graft_constant(graft_trace *t, graft_dtype dt, int rank,
+                                      const int64_t *shape, const void *data) {
+  return leaf(t, GRAFT__OP_CONST, dt, rank, shape, 0, data);
+}
+
+GRAFT_API graft_value *graft_fill(graft_trace *t, graft_dtype dt, int rank, const int64_t *shape,
+                                  double v) {
+  return leaf(t, GRAFT__OP_FILL, dt, rank, shape, v, NULL);
+}
+
+static graft_value *fill_like(graft_trace *t, graft_value *x, double v) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, GRAFT__OP_FILL, 1, &x);
+  if (early) return early;
+  const graft__node *n = (const graft__node *)x;
+  return leaf(t, GRAFT__OP_FILL, (graft_dtype)n->dtype, n->rank, n->shape, v, NULL);
+}
+
+GRAFT_API graft_value *graft_zeros_like(graft_trace *t, graft_value *x) { return fill_like(t, x, 0); }
+GRAFT_API graft_value *graft_ones_like(graft_trace *t, graft_value *x) { return fill_like(t, x, 1); }
+
+/* ---- elementwise --------------------------------------------------------- */
+
+static graft_value *op1(graft_trace *t, int op, graft_value *x) {
+  spec sp = {.op = op};
+  return emit(t, &sp, 1, &x);
+}
+
+static graft_value *op2(graft_trace *t, int op, graft_value *a, graft_value *b) {
+  spec sp = {.op = op};
+  graft_value *in[2] = {a, b};
+  return emit(t, &sp, 2, in);
+}
+
+#define UNARY(name, E) \
+  GRAFT_API graft_value *graft_##name(graft_trace *t, graft_value *x) { return op1(t, GRAFT__OP_##E, x); }
+#define BINARY(name, E)                                                             \
+  GRAFT_API graft_value *graft_##name(graft_trace *t, graft_value *a, graft_value *b) { \
+    return op2(t, GRAFT__OP_##E, a, b);                                             \
+  }
+UNARY(neg, NEG)
+UNARY(square, SQUARE)
+UNARY(sqrt, SQRT)
+UNARY(exp, EXP)
+UNARY(log, LOG)
+UNARY(log1p, LOG1P)
+UNARY(tanh, TANH)
+UNARY(sigmoid, SIGMOID)
+UNARY(relu, RELU)
+UNARY(abs, ABS)
+UNARY(sign, SIGN)
+UNARY(sin, SIN)
+UNARY(cos, COS)
+UNARY(tan, TAN)
+UNARY(lgamma, LGAMMA)
+UNARY(digamma, DIGAMMA)
+UNARY(stop_gradient, STOP_GRADIENT)
+BINARY(add, ADD)
+BINARY(sub, SUB)
+BINARY(mul, MUL)
+BINARY(div, DIV)
+BINARY(pow, POW)
+BINARY(maximum, MAXIMUM)
+BINARY(minimum, MINIMUM)
+BINARY(greater, GREATER)
+BINARY(less, LESS)
+BINARY(equal, EQUAL)
+#undef UNARY
+#undef BINARY
+
+GRAFT_API graft_value *graft_polygamma(graft_trace *t, int n, graft_value *x) {
+  if (!t) return NULL;
+  if (n == 0) return graft_digamma(t, x);
+  if (n < 0 && !t->status) return fail_op(t, GRAFT__OP_POLYGAMMA, GRAFT_EINVAL, "order n must be >= 0");
+  spec sp = {.op = GRAFT__OP_POLYGAMMA};
+  sp.attr.polygamma.n = n;
+  return emit(t, &sp, 1, &x);
+}
+
+GRAFT_API graft_value *graft_where(graft_trace *t, graft_value *cond, graft_value *a, graft_value *b) {
+  spec sp = {.op = GRAFT__OP_WHERE};
+  graft_value *in[3] = {cond, a, b};
+  return emit(t, &sp, 3, in);
+}
+
+GRAFT_API graft_value *graft_cast(graft_trace *t, graft_value *x, graft_dtype to) {
+  if (!t) return NULL;
+  if (!dtype_ok(to) && !t->status) return fail_op(t, GRAFT__OP_CAST, GRAFT_EDTYPE, "invalid target dtype");
+  spec sp = {.op = GRAFT__OP_CAST, .dtype = to};
+  return emit(t, &sp, 1, &x);
+}
+
+/* ---- reductions ---------------------------------------------------------- */
+
+static graft_value *reduce(graft_trace *t, int op, graft_value *x, int n_axes, const int *axes,
+                           int keepdims) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, op, 1, &x);
+  if (early) return early;
+  int rank = ((const graft__node *)x)->rank;
+  unsigned mask = 0;
+  char why[96];
+  if (n_axes < 0 || (n_axes > 0 && !axes)) return fail_op(t, op, GRAFT_EINVAL, "bad axes list");
+  if (n_axes == 0) mask = rank ? (1u << rank) - 1 : 0;
+  for (int i = 0; i < n_axes; i++) {
+    int a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank) {
+      snprintf(why, sizeof why, "axis %d out of range for rank %d", axes[i], rank);
+      return fail_op(t, op, GRAFT_EINVAL, why);
+    }
+    if (mask & (1u << a)) {
+      snprintf(why, sizeof why, "axis %d given twice", axes[i]);
+      return fail_op(t, op, GRAFT_EINVAL, why);
+    }
+    mask |= 1u << a;
+  }
+  spec sp = {.op = op};
+  sp.attr.reduce.mask = mask;
+  sp.attr.reduce.keepdims = keepdims != 0;
+  return emit(t, &sp, 1, &x);
+}
+
+#define REDUCE(name, E)                                                                     \
+  GRAFT_API graft_value *graft_##name(graft_trace *t, graft_value *x, int n_axes, const int *axes, \
+                                      int keepdims) {                                       \
+    return reduce(t, GRAFT__OP_##E, x, n_axes, axes, keepdims);                             \
+  }
+REDUCE(reduce_sum, REDUCE_SUM)
+REDUCE(reduce_mean, REDUCE_MEAN)
+REDUCE(reduce_max, REDUCE_MAX)
+REDUCE(reduce_prod, REDUCE_PROD)
+REDUCE(logsumexp, LOGSUMEXP)
+#undef REDUCE
+
+/* ---- linear algebra and shapes ------------------------------------------ */
+
+GRAFT_API graft_value *graft_matmul(graft_trace *t, graft_value *a, graft_value *b, unsigned flags) {
+  if (!t) return NULL;
+  if ((flags & ~(GRAFT_TRANS_A | GRAFT_TRANS_B)) && !t->status)
+    return fail_op(t, GRAFT__OP_MATMUL, GRAFT_EINVAL, "unknown flags");
+  spec sp = {.op = GRAFT__OP_MATMUL};
+  sp.attr.matmul.flags = flags;
+  graft_value *in[2] = {a, b};
+  return emit(t, &sp, 2, in);
+}
+
+GRAFT_API graft_value *graft_transpose(graft_trace *t, graft_value *x, const int *perm) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, GRAFT__OP_TRANSPOSE, 1, &x);
+  if (early) return early;
+  int rank = ((const graft__node *)x)->rank;
+  spec sp = {.op = GRAFT__OP_TRANSPOSE};
+  for (int i = 0; i < rank; i++) sp.attr.transpose.perm[i] = perm ? perm[i] : rank - 1 - i;
+  return emit(t, &sp, 1, &x);
+}
+
+static graft_value *shaped(graft_trace *t, int op, graft_value *x, int rank, const int64_t *shape,
+                           int allow_infer) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, op, 1, &x);
+  if (early) return early;
+  const char *why = bad_shape(t, rank, shape, allow_infer);
+  if (why) return fail_op(t, op, GRAFT_EINVAL, why);
+  spec sp = {.op = op};
+  sp.attr.target.rank = rank;
+  if (rank) memcpy(sp.attr.target.dims, shape, (size_t)rank * sizeof *shape);
+  return emit(t, &sp, 1, &x);
+}
+
+GRAFT_API graft_value *graft_reshape(graft_trace *t, graft_value *x, int rank, const int64_t *shape) {
+  return shaped(t, GRAFT__OP_RESHAPE, x, rank, shape, 1);
+}
+
+GRAFT_API graft_value *graft_broadcast_to(graft_trace *t, graft_value *x, int rank,
+                                          const int64_t *shape) {
+  return shaped(t, GRAFT__OP_BROADCAST_TO, x, rank, shape, 0);
+}
+
+GRAFT_API graft_value *graft_sum_to_shape(graft_trace *t, graft_value *x, int rank,
+                                          const int64_t *shape) {
+  return shaped(t, GRAFT__OP_SUM_TO_SHAPE, x, rank, shape, 0);
+}
+
+GRAFT_API graft_value *graft_slice(graft_trace *t, graft_value *x, const int64_t *begin,
+                                   const int64_t *size) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, GRAFT__OP_SLICE, 1, &x);
+  if (early) return early;
+  int rank = ((const graft__node *)x)->rank;
+  if (rank && (!begin || !size)) return fail_op(t, GRAFT__OP_SLICE, GRAFT_EINVAL, "begin or size is NULL");
+  spec sp = {.op = GRAFT__OP_SLICE};
+  for (int i = 0; i < rank; i++) {
+    sp.attr.slice.begin[i] = begin[i];
+    sp.attr.slice.size[i] = size[i];
+  }
+  return emit(t, &sp, 1, &x);
+}
+
+GRAFT_API graft_value *graft_concat(graft_trace *t, int n, graft_value *const *xs, int axis) {
+  if (!t) return NULL;
+  if (t->status) return &t->poison;
+  if (n < 1 || !xs) return fail_op(t, GRAFT__OP_CONCAT, GRAFT_EINVAL, "needs n >= 1 values");
+  graft_value *early = check_inputs(t, GRAFT__OP_CONCAT, n, xs);
+  if (early) return early;
+  int rank = ((const graft__node *)xs[0])->rank;
+  spec sp = {.op = GRAFT__OP_CONCAT};
+  sp.attr.axis.axis = axis < 0 ? axis + rank : axis;
+  return emit(t, &sp, n, xs);
+}
+
+GRAFT_API graft_value *graft_one_hot(graft_trace *t, graft_value *labels, int64_t depth, graft_dtype dt) {
+  spec sp = {.op = GRAFT__OP_ONE_HOT, .dtype = dt};
+  sp.attr.one_hot.depth = depth;
+  return emit(t, &sp, 1, &labels);
+}
+
+/* ---- neural-network ops -------------------------------------------------- */
+
+static graft_value *softmax_like(graft_trace *t, int op, graft_value *x, int axis) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, op, 1, &x);
+  if (early) return early;
+  int rank = ((const graft__node *)x)->rank;
+  spec sp = {.op = op};
+  sp.attr.axis.axis = axis < 0 ? axis + rank : axis;
+  return emit(t, &sp, 1, &x);
+}
+
+GRAFT_API graft_value *graft_softmax(graft_trace *t, graft_value *x, int axis) {
+  return softmax_like(t, GRAFT__OP_SOFTMAX, x, axis);
+}
+
+GRAFT_API graft_value *graft_log_softmax(graft_trace *t, graft_value *x, int axis) {
+  return softmax_like(t, GRAFT__OP_LOG_SOFTMAX, x, axis);
+}
+
+GRAFT_API graft_value *graft_softmax_cross_entropy(graft_trace *t, graft_value *logits,
+                                                   graft_value *labels) {
+  return op2(t, GRAFT__OP_SOFTMAX_XENT, logits, labels);
+}
+
+/* ---- variables ----------------------------------------------------------- */
+
+/* The value v has in this trace so far, or UINT32_MAX. */
+static uint32_t current(const graft_trace *t, const graft_variable *v) {
+  for (int64_t i = 0; i < t->n_cur; i++)
+    if (t->cur_var[i] == v) return t->cur_val[i];
+  return GRAFT__POISON_ID;
+}
+
+static graft_status set_current(graft_trace *t, graft_variable *v, uint32_t id) {
+  for (int64_t i = 0; i < t->n_cur; i++)
+    if (t->cur_var[i] == v) {
+      t->cur_val[i] = id;
+      return GRAFT_OK;
+    }
+  int64_t cap = t->cap_cur;
+  if (graft__grow((void **)&t->cur_var, &cap, t->n_cur + 1, sizeof *t->cur_var)) return GRAFT_ENOMEM;
+  cap = t->cap_cur;
+  if (graft__grow((void **)&t->cur_val, &cap, t->n_cur + 1, sizeof *t->cur_val)) return GRAFT_ENOMEM;
+  t->cap_cur = cap;
+  t->cur_var[t->n_cur] = v;
+  t->cur_val[t->n_cur++] = id;
+  return GRAFT_OK;
+}
+
+static graft_value *var_check(graft_trace *t, int op, graft_variable *v) {
+  if (t->status) return &t->poison;
+  if (!v) return fail_op(t, op, GRAFT_EINVAL, "variable is NULL");
+  if (__atomic_load_n(&v->destroyed, __ATOMIC_ACQUIRE)) {
+    return fail_op(t, op, GRAFT_EMISUSE, "variable was destroyed");
+  }
+  if (graft__graph_ref_var(t->g, v)) return fail_op(t, op, GRAFT_ENOMEM, "out of memory");
+  return NULL;
+}
+
+GRAFT_API graft_value *graft_read(graft_trace *t, graft_variable *v) {
+  if (!t) return NULL;
+  graft_value *early = var_check(t, GRAFT__OP_VAR_READ, v);
+  if (early) return early;
+  uint32_t cur = current(t, v);
+  if (cur != GRAFT__POISON_ID) return &graft__graph_node(t->g, cur)->v;
+  const graft_tensor *val = v->value;
+  spec sp = {.op = GRAFT__OP_VAR_READ, .dtype = graft_tensor_dtype(val),
+             .rank = graft_tensor_rank(val), .shape = graft_tensor_shape(val)};
+  sp.attr.var.var = v;
+  graft_value *r = emit(t, &sp, 0, NULL);
+  if (r->id != GRAFT__POISON_ID && set_current(t, v, r->id))
+    return fail_op(t, GRAFT__OP_VAR_READ, GRAFT_ENOMEM, "out of memory");
+  return r;
+}
+
+GRAFT_API graft_value *graft_assign(graft_trace *t, graft_variable *v, graft_value *x) {
+  if (!t) return NULL;
+  graft_value *early = var_check(t, GRAFT__OP_ASSIGN, v);
+  if (early) return early;
+  spec sp = {.op = GRAFT__OP_ASSIGN};
+  sp.attr.var.var = v;
+  graft_value *r = emit(t, &sp, 1, &x);
+  if (r->id != GRAFT__POISON_ID && set_current(t, v, r->id))
+    return fail_op(t, GRAFT__OP_ASSIGN, GRAFT_ENOMEM, "out of memory");
+  return r;
+}
+
+static graft_value *assign_op(graft_trace *t, graft_variable *v, graft_value *d, int op) {
+  if (!t) return NULL;
+  graft_value *early = var_check(t, GRAFT__OP_ASSIGN, v);
+  if (early) return early;
+  early = check_inputs(t, GRAFT__OP_ASSIGN, 1, &d);
+  if (early) return early;
+  return graft_assign(t, v, op2(t, op, graft_read(t, v), d));
+}
+
+GRAFT_API graft_value *graft_assign_add(graft_trace *t, graft_variable *v, graft_value *d) {
+  return assign_op(t, v, d, GRAFT__OP_ADD);
+}
+
+GRAFT_API graft_value *graft_assign_sub(graft_trace *t, graft_variable *v, graft_value *d) {
+  return assign_op(t, v, d, GRAFT__OP_SUB);
+}

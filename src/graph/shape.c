@@ -1,0 +1,428 @@
+/* Shape rules, one per row kind of GRAFT_OP_MAP.
+ *
+ * Each rule runs twice in a function's life: at trace time on shapes that
+ * may hold symbols (c->binding == NULL; a check that depends on a symbol is
+ * deferred), and at compile time on concrete shapes (c->binding set; every
+ * check is made).  Symbols that an op creates (a reshape's inferred dim, the
+ * broadcast of two unrelated symbols) are "derived": compile binds them when
+ * graft__shape_unify meets them. */
+#include <string.h>
+
+#include "graph/graph.h"
+
+typedef char shape_buf[96];
+
+static const char *shp(shape_buf b, const graft__shape *s) {
+  graft__shape_str(b, sizeof(shape_buf), s->rank, s->dims);
+  return b;
+}
+
+static graft_status fail(graft__shape_ctx *c, graft_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static graft_status fail(graft__shape_ctx *c, graft_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  graft__vmsgf(c->msg, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static int is_float(graft_dtype dt) { return dt == GRAFT_F32 || dt == GRAFT_F64; }
+
+/* A dim as this mode sees it: symbols resolve to their size when concrete. */
+static int64_t res(const graft__shape_ctx *c, int64_t d) {
+  if (c->binding && GRAFT_DIM_IS_SYM(d)) return c->binding[-2 - d];
+  return d;
+}
+
+static int64_t derived(graft__shape_ctx *c) {
+  return c->g ? graft__graph_new_sym(c->g, -1, 0) : -1;
+}
+
+/* Broadcast one dim pair; 0 on success. */
+static int bcast_dim(graft__shape_ctx *c, int64_t a, int64_t b, int64_t *out) {
+  if (a == b || b == 1) {
+    *out = a;
+  } else if (a == 1) {
+    *out = b;
+  } else if (a >= 0 && b >= 0) {
+    return -1;
+  } else if (a >= 0 || b >= 0) {
+    *out = a >= 0 ? a : b; /* the symbol must be 1 or equal: checked at compile */
+  } else {
+    *out = derived(c);     /* two unrelated symbols */
+    if (*out == -1) return -2;
+  }
+  return 0;
+}
+
+static graft_status bcast(graft__shape_ctx *c, const graft__shape *a, const graft__shape *b,
+                          graft__shape *out) {
+  int r = GRAFT__MAX(a->rank, b->rank);
+  graft__shape o = {a->dtype, r, {0}};
+  for (int i = 0; i < r; i++) {
+    int ia = i - (r - a->rank), ib = i - (r - b->rank);
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    int e = bcast_dim(c, da, db, &o.dims[i]);
+    if (e == -2) return fail(c, GRAFT_ENOMEM, "out of memory");
+    if (e) {
+      shape_buf x, y;
+      return fail(c, GRAFT_ESHAPE, "cannot broadcast %s with %s (dim %d: %lld vs %lld)",
+                  shp(x, a), shp(y, b), i, (long long)da, (long long)db);
+    }
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+/* Does `from` broadcast to `to`?  Deferred where a symbol decides. */
+static int broadcasts_to(const graft__shape *from, const graft__shape *to) {
+  if (from->rank > to->rank) return 0;
+  for (int i = 0; i < from->rank; i++) {
+    int64_t f = from->dims[i], t = to->dims[i + to->rank - from->rank];
+    if (f == t || f == 1) continue;
+    if (f >= 0 && t >= 0) return 0;
+  }
+  return 1;
+}
+
+static graft_status need_int_ok(graft__shape_ctx *c, const graft__node *n, graft_dtype dt) {
+  if (dt == GRAFT_I32 && !(graft__ops[n->op].flags & GRAFT__OPF_INT))
+    return fail(c, GRAFT_EDTYPE, "i32 operands are not supported (f32 and f64 are)");
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_leaf(graft__shape_ctx *c, const graft__node *n,
+                               const graft__shape *in, graft__shape *out) {
+  (void)in;
+  graft__node_shape(n, out);
+  for (int i = 0; i < out->rank; i++) {
+    out->dims[i] = res(c, out->dims[i]);
+    if (c->binding && out->dims[i] < 0)
+      return fail(c, GRAFT_EINTERNAL, "unbound symbol in a leaf shape");
+  }
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_unary(graft__shape_ctx *c, const graft__node *n,
+                                const graft__shape *in, graft__shape *out) {
+  graft_status st = need_int_ok(c, n, in[0].dtype);
+  if (st) return st;
+  *out = in[0];
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_cast(graft__shape_ctx *c, const graft__node *n,
+                               const graft__shape *in, graft__shape *out) {
+  (void)c;
+  *out = in[0];
+  out->dtype = (graft_dtype)n->dtype;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_binary(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  if (in[0].dtype != in[1].dtype)
+    return fail(c, GRAFT_EDTYPE, "operand dtypes differ: %s vs %s (use cast)",
+                graft_dtype_name(in[0].dtype), graft_dtype_name(in[1].dtype));
+  graft_status st = need_int_ok(c, n, in[0].dtype);
+  return st ? st : bcast(c, &in[0], &in[1], out);
+}
+
+graft_status graft__shape_where(graft__shape_ctx *c, const graft__node *n,
+                                const graft__shape *in, graft__shape *out) {
+  (void)n;
+  if (in[1].dtype != in[2].dtype)
+    return fail(c, GRAFT_EDTYPE, "branch dtypes differ: %s vs %s",
+                graft_dtype_name(in[1].dtype), graft_dtype_name(in[2].dtype));
+  graft__shape ab;
+  graft_status st = bcast(c, &in[1], &in[2], &ab);
+  if (st) return st;
+  st = bcast(c, &in[0], &ab, out);
+  out->dtype = in[1].dtype;
+  return st;
+}
+
+graft_status graft__shape_reduce(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  graft_status st = need_int_ok(c, n, in[0].dtype);
+  if (st) return st;
+  unsigned mask = n->attr.reduce.mask;
+  if (in[0].rank < 32 && (mask >> in[0].rank))
+    return fail(c, GRAFT_EINVAL, "axis out of range for rank %d", in[0].rank);
+  graft__shape o = {in[0].dtype, 0, {0}};
+  for (int i = 0; i < in[0].rank; i++) {
+    if (!(mask & (1u << i))) o.dims[o.rank++] = in[0].dims[i];
+    else if (n->attr.reduce.keepdims) o.dims[o.rank++] = 1;
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_matmul(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  const graft__shape *a = &in[0], *b = &in[1];
+  shape_buf x, y;
+  if (a->dtype != b->dtype)
+    return fail(c, GRAFT_EDTYPE, "operand dtypes differ: %s vs %s",
+                graft_dtype_name(a->dtype), graft_dtype_name(b->dtype));
+  if (!is_float(a->dtype))
+    return fail(c, GRAFT_EDTYPE, "%s operands are not supported (f32 and f64 are)",
+                graft_dtype_name(a->dtype));
+  if (a->rank < 2 || b->rank < 2)
+    return fail(c, GRAFT_ESHAPE, "operands need rank >= 2: %s x %s", shp(x, a), shp(y, b));
+  unsigned fl = n->attr.matmul.flags;
+  int ta = (fl & GRAFT_TRANS_A) != 0, tb = (fl & GRAFT_TRANS_B) != 0;
+  int64_t m = a->dims[a->rank - 2 + ta], ka = a->dims[a->rank - 1 - ta];
+  int64_t kb = b->dims[b->rank - 2 + tb], nn = b->dims[b->rank - 1 - tb];
+  if (ka != kb && ka >= 0 && kb >= 0)
+    return fail(c, GRAFT_ESHAPE, "inner dimensions differ: %s x %s%s%s", shp(x, a), shp(y, b),
+                ta ? " (a transposed)" : "", tb ? " (b transposed)" : "");
+  graft__shape ba = *a, bb = *b;
+  ba.rank -= 2;
+  bb.rank -= 2;
+  graft__shape o;
+  graft_status st = bcast(c, &ba, &bb, &o);
+  if (st) {
+    graft__msgf(c->msg, "batch dimensions do not broadcast: %s x %s", shp(x, a), shp(y, b));
+    return st;
+  }
+  o.dims[o.rank++] = m;
+  o.dims[o.rank++] = nn;
+  o.dtype = a->dtype;
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_transpose(graft__shape_ctx *c, const graft__node *n,
+                                    const graft__shape *in, graft__shape *out) {
+  unsigned seen = 0;
+  graft__shape o = in[0];
+  for (int i = 0; i < in[0].rank; i++) {
+    int p = n->attr.transpose.perm[i];
+    if (p < 0 || p >= in[0].rank || (seen & (1u << p)))
+      return fail(c, GRAFT_EINVAL, "perm is not a permutation of 0..%d", in[0].rank - 1);
+    seen |= 1u << p;
+    o.dims[i] = in[0].dims[p];
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+/* Resolve a user shape attr (dims may be symbols; `infer` allows one -1). */
+static graft_status target_shape(graft__shape_ctx *c, const graft__node *n, graft_dtype dt,
+                                 graft__shape *o) {
+  o->dtype = dt;
+  o->rank = n->attr.target.rank;
+  for (int i = 0; i < o->rank; i++) o->dims[i] = res(c, n->attr.target.dims[i]);
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_reshape(graft__shape_ctx *c, const graft__node *n,
+                                  const graft__shape *in, graft__shape *out) {
+  graft__shape o;
+  target_shape(c, n, in[0].dtype, &o);
+  int infer = -1, sym = 0;
+  int64_t known = 1;
+  for (int i = 0; i < o.rank; i++) {
+    if (o.dims[i] == -1) {
+      if (infer >= 0) return fail(c, GRAFT_EINVAL, "more than one -1 in the target shape");
+      infer = i;
+    } else if (o.dims[i] < 0) {
+      sym = 1;
+    } else {
+      known *= o.dims[i];
+    }
+  }
+  int64_t total = graft__numel(in[0].rank, in[0].dims); /* -1 if symbolic */
+  shape_buf x, y;
+  if (total >= 0 && !sym) {
+    if (infer >= 0) {
+      if (known == 0 || total % known)
+        return fail(c, GRAFT_ESHAPE, "cannot reshape %s (%lld elements) to %s",
+                    shp(x, &in[0]), (long long)total, shp(y, &o));
+      o.dims[infer] = total / known;
+    } else if (known != total) {
+      return fail(c, GRAFT_ESHAPE, "cannot reshape %s (%lld elements) to %s (%lld elements)",
+                  shp(x, &in[0]), (long long)total, shp(y, &o), (long long)known);
+    }
+  } else if (infer >= 0) {
+    /* Symbolic: the inferred dim is a new symbol, unless it is the same
+     * symbolic product moved around unchanged. */
+    o.dims[infer] = derived(c);
+    if (o.dims[infer] == -1) return fail(c, GRAFT_ENOMEM, "out of memory");
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_broadcast_to(graft__shape_ctx *c, const graft__node *n,
+                                       const graft__shape *in, graft__shape *out) {
+  graft__shape o;
+  target_shape(c, n, in[0].dtype, &o);
+  if (!broadcasts_to(&in[0], &o)) {
+    shape_buf x, y;
+    return fail(c, GRAFT_ESHAPE, "%s does not broadcast to %s", shp(x, &in[0]), shp(y, &o));
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_sum_to_shape(graft__shape_ctx *c, const graft__node *n,
+                                       const graft__shape *in, graft__shape *out) {
+  graft__shape o;
+  target_shape(c, n, in[0].dtype, &o);
+  if (!broadcasts_to(&o, &in[0])) {
+    shape_buf x, y;
+    return fail(c, GRAFT_ESHAPE, "target %s does not broadcast to the input %s", shp(x, &o),
+                shp(y, &in[0]));
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_slice(graft__shape_ctx *c, const graft__node *n,
+                                const graft__shape *in, graft__shape *out) {
+  graft__shape o = in[0];
+  for (int i = 0; i < in[0].rank; i++) {
+    int64_t b = n->attr.slice.begin[i], s = n->attr.slice.size[i], d = in[0].dims[i];
+    if (b < 0 || s < -1)
+      return fail(c, GRAFT_EINVAL, "dim %d: begin %lld / size %lld must be >= 0 (size -1: to the end)",
+                  i, (long long)b, (long long)s);
+    if (d < 0) { /* symbolic extent: checked at compile */
+      o.dims[i] = s >= 0 ? s : (b == 0 ? d : derived(c));
+      continue;
+    }
+    if (b > d || (s >= 0 && s > d - b)) {
+      shape_buf x;
+      return fail(c, GRAFT_EINVAL, "dim %d: [%lld, %lld) is out of bounds of %s", i, (long long)b,
+                  (long long)(s >= 0 ? b + s : d), shp(x, &in[0]));
+    }
+    o.dims[i] = s >= 0 ? s : d - b;
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_concat(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  int axis = n->attr.axis.axis;
+  graft__shape o = in[0];
+  if (axis < 0 || axis >= o.rank)
+    return fail(c, GRAFT_EINVAL, "axis %d out of range for rank %d", axis, o.rank);
+  int sym = 0;
+  for (int k = 1; k < n->n_in; k++) {
+    shape_buf x, y;
+    if (in[k].dtype != o.dtype)
+      return fail(c, GRAFT_EDTYPE, "input %d has dtype %s, input 0 has %s", k,
+                  graft_dtype_name(in[k].dtype), graft_dtype_name(o.dtype));
+    if (in[k].rank != o.rank)
+      return fail(c, GRAFT_ESHAPE, "input %d %s and input 0 %s differ in rank", k,
+                  shp(x, &in[k]), shp(y, &in[0]));
+    for (int i = 0; i < o.rank; i++) {
+      int64_t a = in[0].dims[i], b = in[k].dims[i];
+      if (i == axis) continue;
+      if (a != b && a >= 0 && b >= 0)
+        return fail(c, GRAFT_ESHAPE, "input %d %s and input 0 %s differ in dim %d", k,
+                    shp(x, &in[k]), shp(y, &in[0]), i);
+    }
+  }
+  int64_t sum = 0;
+  for (int k = 0; k < n->n_in; k++) {
+    if (in[k].dims[axis] < 0) sym = 1;
+    else sum += in[k].dims[axis];
+  }
+  o.dims[axis] = sym ? derived(c) : sum;
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_one_hot(graft__shape_ctx *c, const graft__node *n,
+                                  const graft__shape *in, graft__shape *out) {
+  if (in[0].dtype != GRAFT_I32)
+    return fail(c, GRAFT_EDTYPE, "labels must be i32, got %s", graft_dtype_name(in[0].dtype));
+  if (!is_float((graft_dtype)n->dtype))
+    return fail(c, GRAFT_EDTYPE, "output dtype must be f32 or f64");
+  if (in[0].rank >= GRAFT_MAX_RANK)
+    return fail(c, GRAFT_ESHAPE, "labels of rank %d leave no room for the depth dim", in[0].rank);
+  if (n->attr.one_hot.depth < 0)
+    return fail(c, GRAFT_EINVAL, "depth %lld must be >= 0", (long long)n->attr.one_hot.depth);
+  *out = in[0];
+  out->dims[out->rank++] = n->attr.one_hot.depth;
+  out->dtype = (graft_dtype)n->dtype;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_softmax(graft__shape_ctx *c, const graft__node *n,
+                                  const graft__shape *in, graft__shape *out) {
+  if (!is_float(in[0].dtype))
+    return fail(c, GRAFT_EDTYPE, "%s input is not supported (f32 and f64 are)",
+                graft_dtype_name(in[0].dtype));
+  if (n->attr.axis.axis < 0 || n->attr.axis.axis >= in[0].rank)
+    return fail(c, GRAFT_EINVAL, "axis out of range for rank %d", in[0].rank);
+  *out = in[0];
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_xent(graft__shape_ctx *c, const graft__node *n,
+                               const graft__shape *in, graft__shape *out) {
+  (void)n;
+  shape_buf x, y;
+  if (!is_float(in[0].dtype))
+    return fail(c, GRAFT_EDTYPE, "logits must be f32 or f64, got %s", graft_dtype_name(in[0].dtype));
+  if (in[1].dtype != GRAFT_I32)
+    return fail(c, GRAFT_EDTYPE, "labels must be i32, got %s", graft_dtype_name(in[1].dtype));
+  if (in[0].rank != 2 || in[1].rank != 1)
+    return fail(c, GRAFT_ESHAPE, "need logits [N,C] and labels [N], got %s and %s",
+                shp(x, &in[0]), shp(y, &in[1]));
+  int64_t a = in[0].dims[0], b = in[1].dims[0];
+  if (a != b && a >= 0 && b >= 0)
+    return fail(c, GRAFT_ESHAPE, "batch sizes differ: logits %s, labels %s", shp(x, &in[0]),
+                shp(y, &in[1]));
+  out->dtype = in[0].dtype;
+  out->rank = 0;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_assign(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  const graft_tensor *val = n->attr.var.var->value;
+  graft__shape v = {graft_tensor_dtype(val), graft_tensor_rank(val), {0}};
+  memcpy(v.dims, graft_tensor_shape(val), (size_t)v.rank * sizeof(int64_t));
+  if (in[0].dtype != v.dtype)
+    return fail(c, GRAFT_EDTYPE, "variable '%s' is %s, value is %s", n->attr.var.var->name,
+                graft_dtype_name(v.dtype), graft_dtype_name(in[0].dtype));
+  if (!broadcasts_to(&in[0], &v)) {
+    shape_buf x, y;
+    return fail(c, GRAFT_ESHAPE, "value %s does not broadcast to variable '%s' %s",
+                shp(x, &in[0]), n->attr.var.var->name, shp(y, &v));
+  }
+  *out = v;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_infer(graft__shape_ctx *c, const graft__node *n,
+                                const graft__shape *in, graft__shape *out) {
+  c->msg[0] = '\0';
+  memset(out, 0, sizeof *out);
+  return graft__ops[n->op].shape(c, n, in, out);
+}
+
+graft_status graft__shape_unify(graft__shape_ctx *c, int rank, const int64_t *sym,
+                                const int64_t *conc) {
+  for (int i = 0; i < rank; i++) {
+    int64_t s = sym[i], k = conc[i];
+    if (!GRAFT_DIM_IS_SYM(s)) {
+      if (s != k)
+        return fail(c, GRAFT_ESHAPE, "dim %d is %lld for these inputs, %lld when traced", i,
+                    (long long)k, (long long)s);
+      continue;
+    }
+    int64_t *b = &c->binding[-2 - s];
+    if (*b < 0) *b = k;
+    else if (*b != k)
+      return fail(c, GRAFT_ESHAPE, "dim %d is %lld but symbol s%lld is %lld here", i,
+                  (long long)k, (long long)(-2 - s), (long long)*b);
+  }
+  return GRAFT_OK;
+}

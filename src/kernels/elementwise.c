@@ -1,0 +1,561 @@
+/* Reference kernels of the elementwise ops: leaves (fill, constant), unary
+ * math, cast, broadcasting binary ops, where, and assign.
+ *
+ * Every kernel computes output elements [begin, end) in row-major order, and
+ * each element is a pure function of its operands, so any split of the range
+ * gives bitwise the same result.
+ *
+ * Dtype policy (the graph layer validates dtypes before a kernel runs; these
+ * checks only turn a broken invariant into GRAFT_EDTYPE instead of a crash):
+ *   i32 arithmetic wraps modulo 2^32 (computed in uint32_t, never signed
+ *   overflow); float -> i32 casts truncate toward zero, NaN -> 0, and
+ *   saturate to INT32_MIN / INT32_MAX; comparisons write 1 or 0 in the
+ *   operands' dtype; maximum / minimum propagate NaN; relu and sign keep NaN.
+ *
+ * In place: reading and writing element i of the same buffer is fine, so the
+ * output may alias an input that has the output's shape and element size.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/kernels_int.h"
+#include "kernels/special.h"
+
+#define MAX_IN 3
+
+/* ---- broadcast iteration ---------------------------------------------
+ *
+ * A plan describes the output as a (collapsed) row-major box and gives each
+ * input's element stride per dim, 0 where it broadcasts.  Output dims of size
+ * 1 are dropped and neighbouring dims merged when every input is contiguous
+ * across them, so equal shapes and scalars become one flat run and the inner
+ * loops below see strides of only 0 or 1. */
+typedef struct bplan {
+  int rank; /* >= 1 */
+  int n_in;
+  int64_t dim[GRAFT_MAX_RANK];
+  int64_t stride[MAX_IN][GRAFT_MAX_RANK];
+} bplan;
+
+typedef struct biter {
+  int64_t coord[GRAFT_MAX_RANK];
+  int64_t off[MAX_IN]; /* element offset of the current position per input */
+} biter;
+
+static void plan_init(bplan *p, const graft__kargs *k, int n_in) {
+  const graft__tview *out = k->out;
+  int r = out->rank;
+  int64_t stride[MAX_IN][GRAFT_MAX_RANK];
+
+  for (int j = 0; j < n_in; j++) {
+    const graft__tview *in = k->in[j];
+    int64_t s = 1;
+    for (int d = r - 1; d >= 0; d--) {
+      int id = d - (r - in->rank); /* right-aligned */
+      if (id >= 0 && in->shape[id] != 1) {
+        stride[j][d] = s;
+        s *= in->shape[id];
+      } else {
+        stride[j][d] = 0;
+      }
+    }
+  }
+
+  p->rank = 0;
+  p->n_in = n_in;
+  for (int d = 0; d < r; d++) {
+    if (out->shape[d] == 1)
+      continue;
+    int q = p->rank - 1;
+    int merge = q >= 0;
+    for (int j = 0; j < n_in && merge; j++)
+      merge = p->stride[j][q] == stride[j][d] * out->shape[d];
+    if (merge) {
+      p->dim[q] *= out->shape[d];
+      for (int j = 0; j < n_in; j++)
+        p->stride[j][q] = stride[j][d];
+    } else {
+      p->dim[p->rank] = out->shape[d];
+      for (int j = 0; j < n_in; j++)
+        p->stride[j][p->rank] = stride[j][d];
+      p->rank++;
+    }
+  }
+  if (p->rank == 0) { /* one element */
+    p->rank = 1;
+    p->dim[0] = 1;
+    for (int j = 0; j < n_in; j++)
+      p->stride[j][0] = 0;
+  }
+}
+
+/* Position it at flat output index i (the output is non-empty). */
+static void iter_seek(const bplan *p, biter *it, int64_t i) {
+  for (int j = 0; j < p->n_in; j++)
+    it->off[j] = 0;
+  for (int d = p->rank - 1; d >= 0; d--) {
+    int64_t c = i % p->dim[d];
+    i /= p->dim[d];
+    it->coord[d] = c;
+    for (int j = 0; j < p->n_in; j++)
+      it->off[j] += c * p->stride[j][d];
+  }
+}
+
+/* Elements left in the current innermost row, at most left. */
+static int64_t iter_run(const bplan *p, const biter *it, int64_t left) {
+  int64_t row = p->dim[p->rank - 1] - it->coord[p->rank - 1];
+  return row < left ? row : left;
+}
+
+/* Advance by n elements, n <= iter_run(). */
+static void iter_step(const bplan *p, biter *it, int64_t n) {
+  int d = p->rank - 1;
+  it->coord[d] += n;
+  for (int j = 0; j < p->n_in; j++)
+    it->off[j] += n * p->stride[j][d];
+  while (d > 0 && it->coord[d] == p->dim[d]) {
+    it->coord[d] = 0;
+    for (int j = 0; j < p->n_in; j++)
+      it->off[j] -= p->dim[d] * p->stride[j][d];
+    d--;
+    it->coord[d]++;
+    for (int j = 0; j < p->n_in; j++)
+      it->off[j] += p->stride[j][d];
+  }
+}
+
+/* ---- loop templates --------------------------------------------------
+ *
+ * Each stamps one static function computing [begin, end) of k's output.
+ * EXPR names its operands x (unary), a and b (binary); it may read k.  The
+ * contiguous branches are the plain loops the compiler vectorizes; the
+ * stride-0 branches hoist a broadcast operand. */
+
+#define DEF_UNARY(NAME, TI, TO, EXPR)                                      \
+  static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
+    const TI *xs_ = (const TI *)k->in[0]->data;                            \
+    TO *ys_ = (TO *)k->out->data;                                          \
+    bplan p_;                                                              \
+    biter it_;                                                             \
+    plan_init(&p_, k, 1);                                                  \
+    iter_seek(&p_, &it_, begin);                                           \
+    int64_t sx_ = p_.stride[0][p_.rank - 1];                               \
+    for (int64_t i_ = begin; i_ < end;) {                                  \
+      int64_t n_ = iter_run(&p_, &it_, end - i_);                          \
+      const TI *px_ = xs_ + it_.off[0];                                    \
+      TO *py_ = ys_ + i_;                                                  \
+      if (sx_ != 0) {                                                      \
+        for (int64_t j_ = 0; j_ < n_; j_++) {                              \
+          TI x = px_[j_];                                                  \
+          py_[j_] = (EXPR);                                                \
+        }                                                                  \
+      } else {                                                             \
+        TI x = px_[0];                                                     \
+        TO r_ = (EXPR);                                                    \
+        for (int64_t j_ = 0; j_ < n_; j_++)                                \
+          py_[j_] = r_;                                                    \
+      }                                                                    \
+      i_ += n_;                                                            \
+      iter_step(&p_, &it_, n_);                                            \
+    }                                                                      \
+  }
+
+#define DEF_BINARY(NAME, T, EXPR)                                          \
+  static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
+    const T *as_ = (const T *)k->in[0]->data;                              \
+    const T *bs_ = (const T *)k->in[1]->data;                              \
+    T *ys_ = (T *)k->out->data;                                            \
+    bplan p_;                                                              \
+    biter it_;                                                             \
+    plan_init(&p_, k, 2);                                                  \
+    iter_seek(&p_, &it_, begin);                                           \
+    int64_t sa_ = p_.stride[0][p_.rank - 1];                               \
+    int64_t sb_ = p_.stride[1][p_.rank - 1];                               \
+    for (int64_t i_ = begin; i_ < end;) {                                  \
+      int64_t n_ = iter_run(&p_, &it_, end - i_);                          \
+      const T *pa_ = as_ + it_.off[0];                                     \
+      const T *pb_ = bs_ + it_.off[1];                                     \
+      T *py_ = ys_ + i_;                                                   \
+      if (sa_ != 0 && sb_ != 0) {                                          \
+        for (int64_t j_ = 0; j_ < n_; j_++) {                              \
+          T a = pa_[j_], b = pb_[j_];                                      \
+          py_[j_] = (EXPR);                                                \
+        }                                                                  \
+      } else if (sb_ != 0) {                                               \
+        const T a0_ = pa_[0];                                              \
+        for (int64_t j_ = 0; j_ < n_; j_++) {                              \
+          T a = a0_, b = pb_[j_];                                          \
+          py_[j_] = (EXPR);                                                \
+        }                                                                  \
+      } else if (sa_ != 0) {                                               \
+        const T b0_ = pb_[0];                                              \
+        for (int64_t j_ = 0; j_ < n_; j_++) {                              \
+          T a = pa_[j_], b = b0_;                                          \
+          py_[j_] = (EXPR);                                                \
+        }                                                                  \
+      } else {                                                             \
+        T a = pa_[0], b = pb_[0];                                          \
+        T r_ = (EXPR);                                                     \
+        for (int64_t j_ = 0; j_ < n_; j_++)                                \
+          py_[j_] = r_;                                                    \
+      }                                                                    \
+      i_ += n_;                                                            \
+      iter_step(&p_, &it_, n_);                                            \
+    }                                                                      \
+  }
+
+/* cond != 0 ? a : b; a NaN condition counts as true (NaN != 0). */
+#define DEF_WHERE(NAME, TC, T)                                             \
+  static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
+    const TC *cs_ = (const TC *)k->in[0]->data;                            \
+    const T *as_ = (const T *)k->in[1]->data;                              \
+    const T *bs_ = (const T *)k->in[2]->data;                              \
+    T *ys_ = (T *)k->out->data;                                            \
+    bplan p_;                                                              \
+    biter it_;                                                             \
+    plan_init(&p_, k, 3);                                                  \
+    iter_seek(&p_, &it_, begin);                                           \
+    int64_t sc_ = p_.stride[0][p_.rank - 1];                               \
+    int64_t sa_ = p_.stride[1][p_.rank - 1];                               \
+    int64_t sb_ = p_.stride[2][p_.rank - 1];                               \
+    for (int64_t i_ = begin; i_ < end;) {                                  \
+      int64_t n_ = iter_run(&p_, &it_, end - i_);                          \
+      const TC *pc_ = cs_ + it_.off[0];                                    \
+      const T *pa_ = as_ + it_.off[1];                                     \
+      const T *pb_ = bs_ + it_.off[2];                                     \
+      T *py_ = ys_ + i_;                                                   \
+      if (sc_ != 0 && sa_ != 0 && sb_ != 0) {                              \
+        for (int64_t j_ = 0; j_ < n_; j_++)                                \
+          py_[j_] = pc_[j_] != 0 ? pa_[j_] : pb_[j_];                      \
+      } else {                                                             \
+        for (int64_t j_ = 0; j_ < n_; j_++)                                \
+          py_[j_] = pc_[j_ * sc_] != 0 ? pa_[j_ * sa_] : pb_[j_ * sb_];    \
+      }                                                                    \
+      i_ += n_;                                                            \
+      iter_step(&p_, &it_, n_);                                            \
+    }                                                                      \
+  }
+
+/* ---- shared helpers -------------------------------------------------- */
+
+/* Bytes per element, 0 for a value outside the enum (also guards the
+ * dtype-indexed tables below). */
+static size_t dtype_size(int dt) {
+  switch (dt) {
+  case GRAFT_F32: return sizeof(float);
+  case GRAFT_F64: return sizeof(double);
+  case GRAFT_I32: return sizeof(int32_t);
+  default: return 0;
+  }
+}
+
+static graft_status bad_dtype(const graft__kargs *k) {
+  return graft__kernel_bad_dtype(k, (graft_dtype)k->out->dtype);
+}
+
+/* Inputs first..first+n-1 must exist and have the output's dtype, and
+ * [begin, end) must lie within the output. */
+static graft_status check_args(const graft__kargs *k, int first, int n, int64_t begin,
+                               int64_t end) {
+  if (k->n_in < first + n)
+    return graft__kernel_internal(k, "kernel needs %d inputs, got %d", first + n, k->n_in);
+  for (int j = first; j < first + n; j++) {
+    if (k->in[j]->dtype != k->out->dtype) {
+      if (k->msg)
+        graft__msgf(k->msg, "input %d has dtype %s, output %s", j,
+                    graft_dtype_name(k->in[j]->dtype), graft_dtype_name(k->out->dtype));
+      return GRAFT_EDTYPE;
+    }
+  }
+  return begin < end ? graft__kernel_check_units(k, begin, end, k->out->numel) : GRAFT_OK;
+}
+
+/* uint32_t -> int32_t modulo 2^32 without implementation-defined
+ * conversion; compiles to nothing. */
+static inline int32_t wrap_i32(uint32_t u) {
+  return u <= (uint32_t)INT32_MAX ? (int32_t)u : (int32_t)(u - 2147483648u) - INT32_MAX - 1;
+}
+
+/* Truncate toward zero, NaN -> 0, saturate (a plain cast is UB out of
+ * range). */
+static inline int32_t sat_i32(double v) {
+  if (v != v)
+    return 0;
+  if (v >= 2147483647.0)
+    return INT32_MAX;
+  if (v <= -2147483648.0)
+    return INT32_MIN;
+  return (int32_t)v;
+}
+
+/* ---- element functions ----------------------------------------------- */
+
+static inline float sigmoid_f32(float x) {
+  /* exp of a non-positive argument only: no overflow for any x. */
+  if (x >= 0.0f)
+    return 1.0f / (1.0f + expf(-x));
+  float e = expf(x);
+  return e / (1.0f + e);
+}
+
+static inline double sigmoid_f64(double x) {
+  if (x >= 0.0)
+    return 1.0 / (1.0 + exp(-x));
+  double e = exp(x);
+  return e / (1.0 + e);
+}
+
+/* NaN stays NaN so non-finite checks downstream still see it. */
+#define RELU_EXPR(x, zero) ((x) > (zero) || (x) != (x) ? (x) : (zero))
+/* -1, 0 or 1; the sign of zero and NaN pass through. */
+#define SIGN_F_EXPR(x, one) ((x) > 0 ? (one) : (x) < 0 ? -(one) : (x))
+#define MAX_F_EXPR(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
+#define MIN_F_EXPR(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b))
+
+static inline int32_t neg_i32(int32_t x) { return wrap_i32(0u - (uint32_t)x); }
+static inline int32_t square_i32(int32_t x) { return wrap_i32((uint32_t)x * (uint32_t)x); }
+static inline int32_t abs_i32(int32_t x) { return x < 0 ? neg_i32(x) : x; }
+static inline int32_t sign_i32(int32_t x) { return (x > 0) - (x < 0); }
+static inline int32_t add_i32(int32_t a, int32_t b) { return wrap_i32((uint32_t)a + (uint32_t)b); }
+static inline int32_t sub_i32(int32_t a, int32_t b) { return wrap_i32((uint32_t)a - (uint32_t)b); }
+static inline int32_t mul_i32(int32_t a, int32_t b) { return wrap_i32((uint32_t)a * (uint32_t)b); }
+
+/* ---- kernel generators ----------------------------------------------- */
+
+#define CASE_(DT, FN)                                                      \
+  case DT:                                                                 \
+    FN(k, begin, end);                                                     \
+    return GRAFT_OK;
+
+#define UNARY_FLOAT(ENUM, F32, F64)                                        \
+  DEF_UNARY(ENUM##_f32, float, float, F32)                                 \
+  DEF_UNARY(ENUM##_f64, double, double, F64)                               \
+  graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
+    graft_status s = check_args(k, 0, 1, begin, end);                                \
+    if (s != GRAFT_OK)                                                     \
+      return s;                                                            \
+    if (begin >= end)                                                      \
+      return GRAFT_OK;                                                     \
+    switch (k->out->dtype) {                                               \
+      CASE_(GRAFT_F32, ENUM##_f32)                                         \
+      CASE_(GRAFT_F64, ENUM##_f64)                                         \
+    default:                                                               \
+      return bad_dtype(k);                                                 \
+    }                                                                      \
+  }
+
+#define UNARY_ALL(ENUM, F32, F64, I32)                                     \
+  DEF_UNARY(ENUM##_f32, float, float, F32)                                 \
+  DEF_UNARY(ENUM##_f64, double, double, F64)                               \
+  DEF_UNARY(ENUM##_i32, int32_t, int32_t, I32)                             \
+  graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
+    graft_status s = check_args(k, 0, 1, begin, end);                                \
+    if (s != GRAFT_OK)                                                     \
+      return s;                                                            \
+    if (begin >= end)                                                      \
+      return GRAFT_OK;                                                     \
+    switch (k->out->dtype) {                                               \
+      CASE_(GRAFT_F32, ENUM##_f32)                                         \
+      CASE_(GRAFT_F64, ENUM##_f64)                                         \
+      CASE_(GRAFT_I32, ENUM##_i32)                                         \
+    default:                                                               \
+      return bad_dtype(k);                                                 \
+    }                                                                      \
+  }
+
+#define BINARY_FLOAT(ENUM, F32, F64)                                       \
+  DEF_BINARY(ENUM##_f32, float, F32)                                       \
+  DEF_BINARY(ENUM##_f64, double, F64)                                      \
+  graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
+    graft_status s = check_args(k, 0, 2, begin, end);                                \
+    if (s != GRAFT_OK)                                                     \
+      return s;                                                            \
+    if (begin >= end)                                                      \
+      return GRAFT_OK;                                                     \
+    switch (k->out->dtype) {                                               \
+      CASE_(GRAFT_F32, ENUM##_f32)                                         \
+      CASE_(GRAFT_F64, ENUM##_f64)                                         \
+    default:                                                               \
+      return bad_dtype(k);                                                 \
+    }                                                                      \
+  }
+
+#define BINARY_ALL(ENUM, F32, F64, I32)                                    \
+  DEF_BINARY(ENUM##_f32, float, F32)                                       \
+  DEF_BINARY(ENUM##_f64, double, F64)                                      \
+  DEF_BINARY(ENUM##_i32, int32_t, I32)                                     \
+  graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
+    graft_status s = check_args(k, 0, 2, begin, end);                                \
+    if (s != GRAFT_OK)                                                     \
+      return s;                                                            \
+    if (begin >= end)                                                      \
+      return GRAFT_OK;                                                     \
+    switch (k->out->dtype) {                                               \
+      CASE_(GRAFT_F32, ENUM##_f32)                                         \
+      CASE_(GRAFT_F64, ENUM##_f64)                                         \
+      CASE_(GRAFT_I32, ENUM##_i32)                                         \
+    default:                                                               \
+      return bad_dtype(k);                                                 \
+    }                                                                      \
+  }
+
+/* ---- leaves ---------------------------------------------------------- */
+
+graft_status graft__k_FILL(const graft__kargs *k, int64_t begin, int64_t end) {
+  double v = k->node->fill;
+  if (begin < end) {
+    graft_status s = graft__kernel_check_units(k, begin, end, k->out->numel);
+    if (s != GRAFT_OK)
+      return s;
+  }
+  switch (k->out->dtype) {
+  case GRAFT_F32: {
+    float *y = (float *)k->out->data, f = (float)v;
+    for (int64_t i = begin; i < end; i++)
+      y[i] = f;
+    return GRAFT_OK;
+  }
+  case GRAFT_F64: {
+    double *y = (double *)k->out->data;
+    for (int64_t i = begin; i < end; i++)
+      y[i] = v;
+    return GRAFT_OK;
+  }
+  case GRAFT_I32: {
+    int32_t *y = (int32_t *)k->out->data, f = sat_i32(v);
+    for (int64_t i = begin; i < end; i++)
+      y[i] = f;
+    return GRAFT_OK;
+  }
+  default:
+    return bad_dtype(k);
+  }
+}
+
+graft_status graft__k_CONST(const graft__kargs *k, int64_t begin, int64_t end) {
+  size_t es = dtype_size(k->out->dtype);
+  if (es == 0)
+    return bad_dtype(k);
+  if (begin >= end)
+    return GRAFT_OK;
+  graft_status s = graft__kernel_check_units(k, begin, end, k->out->numel);
+  if (s != GRAFT_OK)
+    return s;
+  memcpy((char *)k->out->data + (size_t)begin * es,
+         (const char *)k->node->attr.constant.data + (size_t)begin * es,
+         (size_t)(end - begin) * es);
+  return GRAFT_OK;
+}
+
+/* ---- unary ----------------------------------------------------------- */
+
+UNARY_ALL(NEG, -x, -x, neg_i32(x))
+UNARY_ALL(SQUARE, x * x, x * x, square_i32(x))
+UNARY_FLOAT(SQRT, sqrtf(x), sqrt(x))
+UNARY_FLOAT(EXP, expf(x), exp(x))
+UNARY_FLOAT(LOG, logf(x), log(x))
+UNARY_FLOAT(LOG1P, log1pf(x), log1p(x))
+UNARY_FLOAT(TANH, tanhf(x), tanh(x))
+UNARY_FLOAT(SIGMOID, sigmoid_f32(x), sigmoid_f64(x))
+UNARY_FLOAT(RELU, RELU_EXPR(x, 0.0f), RELU_EXPR(x, 0.0))
+UNARY_ALL(ABS, fabsf(x), fabs(x), abs_i32(x))
+UNARY_ALL(SIGN, SIGN_F_EXPR(x, 1.0f), SIGN_F_EXPR(x, 1.0), sign_i32(x))
+UNARY_FLOAT(SIN, sinf(x), sin(x))
+UNARY_FLOAT(COS, cosf(x), cos(x))
+UNARY_FLOAT(TAN, tanf(x), tan(x))
+/* Special functions run in double for f32 too: float versions are not
+ * available for digamma/polygamma, and one code path is easier to trust. */
+UNARY_FLOAT(LGAMMA, (float)graft__special_lgamma(x), graft__special_lgamma(x))
+UNARY_FLOAT(DIGAMMA, (float)graft__special_digamma(x), graft__special_digamma(x))
+UNARY_FLOAT(POLYGAMMA, (float)graft__special_polygamma(k->node->attr.polygamma.n, x),
+            graft__special_polygamma(k->node->attr.polygamma.n, x))
+UNARY_ALL(STOP_GRADIENT, x, x, x)
+
+/* ---- cast ------------------------------------------------------------ */
+
+DEF_UNARY(cast_f32_f32, float, float, x)
+DEF_UNARY(cast_f32_f64, float, double, (double)x)
+DEF_UNARY(cast_f32_i32, float, int32_t, sat_i32(x))
+DEF_UNARY(cast_f64_f32, double, float, (float)x)
+DEF_UNARY(cast_f64_f64, double, double, x)
+DEF_UNARY(cast_f64_i32, double, int32_t, sat_i32(x))
+DEF_UNARY(cast_i32_f32, int32_t, float, (float)x)
+DEF_UNARY(cast_i32_f64, int32_t, double, (double)x)
+DEF_UNARY(cast_i32_i32, int32_t, int32_t, x)
+
+graft_status graft__k_CAST(const graft__kargs *k, int64_t begin, int64_t end) {
+  if (k->n_in < 1)
+    return graft__kernel_internal(k, "kernel needs 1 input, got %d", k->n_in);
+  int from = k->in[0]->dtype, to = k->out->dtype;
+  if (dtype_size(from) == 0)
+    return graft__kernel_bad_dtype(k, (graft_dtype)from);
+  if (dtype_size(to) == 0)
+    return bad_dtype(k);
+  if (begin >= end)
+    return GRAFT_OK;
+  graft_status s = graft__kernel_check_units(k, begin, end, k->out->numel);
+  if (s != GRAFT_OK)
+    return s;
+  /* 3x3 table indexed by (from, to); the enum values are 0..2. */
+  static void (*const table[3][3])(const graft__kargs *, int64_t, int64_t) = {
+    [GRAFT_F32] = {[GRAFT_F32] = cast_f32_f32, [GRAFT_F64] = cast_f32_f64, [GRAFT_I32] = cast_f32_i32},
+    [GRAFT_F64] = {[GRAFT_F32] = cast_f64_f32, [GRAFT_F64] = cast_f64_f64, [GRAFT_I32] = cast_f64_i32},
+    [GRAFT_I32] = {[GRAFT_F32] = cast_i32_f32, [GRAFT_F64] = cast_i32_f64, [GRAFT_I32] = cast_i32_i32},
+  };
+  table[from][to](k, begin, end);
+  return GRAFT_OK;
+}
+
+/* ---- binary ---------------------------------------------------------- */
+
+BINARY_ALL(ADD, a + b, a + b, add_i32(a, b))
+BINARY_ALL(SUB, a - b, a - b, sub_i32(a, b))
+BINARY_ALL(MUL, a * b, a * b, mul_i32(a, b))
+BINARY_FLOAT(DIV, a / b, a / b)
+BINARY_FLOAT(POW, powf(a, b), pow(a, b))
+BINARY_ALL(MAXIMUM, MAX_F_EXPR(a, b), MAX_F_EXPR(a, b), a > b ? a : b)
+BINARY_ALL(MINIMUM, MIN_F_EXPR(a, b), MIN_F_EXPR(a, b), a < b ? a : b)
+BINARY_ALL(GREATER, a > b ? 1.0f : 0.0f, a > b ? 1.0 : 0.0, a > b ? 1 : 0)
+BINARY_ALL(LESS, a < b ? 1.0f : 0.0f, a < b ? 1.0 : 0.0, a < b ? 1 : 0)
+BINARY_ALL(EQUAL, a == b ? 1.0f : 0.0f, a == b ? 1.0 : 0.0, a == b ? 1 : 0)
+
+/* ---- where ----------------------------------------------------------- */
+
+DEF_WHERE(where_f32_f32, float, float)
+DEF_WHERE(where_f64_f32, double, float)
+DEF_WHERE(where_i32_f32, int32_t, float)
+DEF_WHERE(where_f32_f64, float, double)
+DEF_WHERE(where_f64_f64, double, double)
+DEF_WHERE(where_i32_f64, int32_t, double)
+DEF_WHERE(where_f32_i32, float, int32_t)
+DEF_WHERE(where_f64_i32, double, int32_t)
+DEF_WHERE(where_i32_i32, int32_t, int32_t)
+
+graft_status graft__k_WHERE(const graft__kargs *k, int64_t begin, int64_t end) {
+  graft_status s = check_args(k, 1, 2, begin, end);
+  if (s != GRAFT_OK)
+    return s;
+  int cond = k->in[0]->dtype, val = k->out->dtype;
+  if (dtype_size(cond) == 0)
+    return graft__kernel_bad_dtype(k, (graft_dtype)cond);
+  if (dtype_size(val) == 0)
+    return bad_dtype(k);
+  if (begin >= end)
+    return GRAFT_OK;
+  /* Indexed by (condition dtype, value dtype). */
+  static void (*const table[3][3])(const graft__kargs *, int64_t, int64_t) = {
+    [GRAFT_F32] = {[GRAFT_F32] = where_f32_f32, [GRAFT_F64] = where_f32_f64, [GRAFT_I32] = where_f32_i32},
+    [GRAFT_F64] = {[GRAFT_F32] = where_f64_f32, [GRAFT_F64] = where_f64_f64, [GRAFT_I32] = where_f64_i32},
+    [GRAFT_I32] = {[GRAFT_F32] = where_i32_f32, [GRAFT_F64] = where_i32_f64, [GRAFT_I32] = where_i32_i32},
+  };
+  table[cond][val](k, begin, end);
+  return GRAFT_OK;
+}
+
+/* ---- side effects ---------------------------------------------------- */
+
+/* The staged new value of a variable; the input may broadcast to it. */
+UNARY_ALL(ASSIGN, x, x, x)

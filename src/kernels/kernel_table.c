@@ -1,0 +1,91 @@
+/* The kernel table and the unit count of every op, both expanded from
+ * GRAFT_OP_MAP so that adding an op needs no edit here unless its units are
+ * not its output elements. */
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+/* Per-op exceptions are looked up with the "probe" idiom: for a macro
+ * PREFIX_<ENUM> defined as `~, value`, SECOND(PREFIX_<ENUM>, fallback, ~)
+ * yields value; for an undefined one, PREFIX_<ENUM> stays a plain token and
+ * SECOND yields fallback.  The discarded argument is never emitted, so no
+ * kernel symbol of an op without a kernel is referenced. */
+#define SECOND_(a, b, ...) b
+#define SECOND(...) SECOND_(__VA_ARGS__)
+
+/* Ops whose buffer is bound at call time: no kernel. */
+#define NO_KERNEL_INPUT ~, NULL
+#define NO_KERNEL_VAR_READ ~, NULL
+#define KERNEL_FN(e) SECOND(NO_KERNEL_##e, graft__k_##e, ~)
+#define HAS_NO_KERNEL_INPUT ~, 1
+#define HAS_NO_KERNEL_VAR_READ ~, 1
+#define HAS_NO_KERNEL(e) SECOND(HAS_NO_KERNEL_##e, 0, ~)
+
+/* The list above must be exactly the GRAFT__OPF_EXTERNAL ops. */
+#define CHECK_EXTERNAL_(e, name, arity, rule, flags)                          \
+  _Static_assert((((flags) & GRAFT__OPF_EXTERNAL) != 0) == HAS_NO_KERNEL(e), \
+                 "op '" name "': GRAFT__OPF_EXTERNAL and kernel_table.c's no-kernel list disagree");
+GRAFT_OP_MAP(CHECK_EXTERNAL_)
+#undef CHECK_EXTERNAL_
+
+#define KERNEL_ENTRY_(e, name, arity, rule, flags) {.run = KERNEL_FN(e)},
+/* Sized by its initializer: a row missing here conflicts with the declared
+ * size instead of leaving a silent NULL. */
+const graft__kernel_info graft__kernels[] = {GRAFT_OP_MAP(KERNEL_ENTRY_)};
+#undef KERNEL_ENTRY_
+
+_Static_assert(GRAFT__COUNT(graft__kernels) == GRAFT__OP_COUNT,
+               "graft__kernels needs one entry per GRAFT_OP_MAP row");
+
+/* ---- units ----------------------------------------------------------- */
+
+enum units_rule {
+  UNITS_NUMEL,   /* output elements */
+  UNITS_NONE,    /* no kernel runs */
+  UNITS_ROWS,    /* output rows over all batches: numel / last dim */
+  UNITS_LANES,   /* vectors along attr.axis.axis: numel / that dim */
+  UNITS_ONE      /* one indivisible unit */
+};
+
+#define UNITS_RULE_MATMUL ~, UNITS_ROWS
+#define UNITS_RULE_SOFTMAX ~, UNITS_LANES
+#define UNITS_RULE_LOG_SOFTMAX ~, UNITS_LANES
+#define UNITS_RULE_SOFTMAX_XENT ~, UNITS_ONE
+#define UNITS_ENTRY_(e, name, arity, rule, flags) \
+  SECOND(UNITS_RULE_##e, ((flags) & GRAFT__OPF_EXTERNAL ? UNITS_NONE : UNITS_NUMEL), ~),
+static const unsigned char units_rule[] = {GRAFT_OP_MAP(UNITS_ENTRY_)};
+#undef UNITS_ENTRY_
+
+_Static_assert(GRAFT__COUNT(units_rule) == GRAFT__OP_COUNT,
+               "units_rule needs one entry per GRAFT_OP_MAP row");
+
+/* numel / dim, 0 when there are no elements. */
+static int64_t count_over(int64_t numel, int64_t dim) {
+  return numel > 0 && dim > 0 ? numel / dim : 0;
+}
+
+int64_t graft__kernel_units(const graft__kargs *k) {
+  unsigned op = k->node->op;
+  if (op >= GRAFT__OP_COUNT)
+    return 0;
+  const graft__tview *out = k->out;
+  switch ((enum units_rule)units_rule[op]) {
+  case UNITS_NONE:
+    return 0;
+  case UNITS_ONE:
+    return 1;
+  case UNITS_ROWS:
+    if (out->rank < 1)
+      return out->numel;
+    return count_over(out->numel, out->shape[out->rank - 1]);
+  case UNITS_LANES: {
+    int axis = k->node->attr.axis.axis;
+    if (axis < 0 || axis >= out->rank)
+      return out->numel;
+    return count_over(out->numel, out->shape[axis]);
+  }
+  case UNITS_NUMEL:
+  default:
+    return out->numel;
+  }
+}

@@ -1,0 +1,61 @@
+/* graft internal: the kernel interface (src/kernels -> src/graph only).
+ *
+ * A kernel computes the output of one node from concrete input views.  Work
+ * is split in "units" (graft__kernel_units): output elements for elementwise
+ * ops, shape ops and reductions; output rows (all batches) for matmul; rows
+ * for softmax / log_softmax; one unit for softmax_cross_entropy.  A kernel
+ * call computes exactly the units [begin, end) and must give bitwise the same
+ * result however the units are split across calls.  The sequential executor
+ * calls [0, units).
+ *
+ * Each op has one reference kernel per dtype (dispatched inside the kernel
+ * function); matmul f32/f64 calls single-threaded CBLAS.
+ */
+#ifndef GRAFT_KERNELS_H
+#define GRAFT_KERNELS_H
+
+#include <stdint.h>
+
+#include "common/common.h"
+#include "graph/graph.h"
+
+/* A concrete tensor view: contiguous, row-major. */
+typedef struct graft__tview {
+  void *data;
+  graft_dtype dtype;
+  int rank;
+  int64_t shape[GRAFT_MAX_RANK];
+  int64_t numel;
+} graft__tview;
+
+typedef struct graft__kargs {
+  const graft__node *node;     /* op and attributes (node->fill, node->attr) */
+  int n_in;
+  const graft__tview *const *in; /* n_in input views */
+  const graft__tview *out;
+  /* A failing kernel writes its reason here (without op name prefix). */
+  char *msg;                   /* GRAFT__MSG_LEN bytes */
+} graft__kargs;
+
+typedef graft_status (*graft__kernel_fn)(const graft__kargs *k, int64_t begin, int64_t end);
+
+typedef struct graft__kernel_info {
+  graft__kernel_fn run;        /* NULL for GRAFT__OPF_EXTERNAL ops */
+} graft__kernel_info;
+
+extern const graft__kernel_info graft__kernels[GRAFT__OP_COUNT];
+
+/* Number of units of k's node for its concrete shapes (>= 0). */
+int64_t graft__kernel_units(const graft__kargs *k);
+
+/* Kernels, one per op row (GRAFT_OP_MAP), named graft__k_<ENUM>. */
+#define GRAFT__K_DECL_(e, name, arity, rule, flags) \
+  graft_status graft__k_##e(const graft__kargs *k, int64_t begin, int64_t end);
+GRAFT_OP_MAP(GRAFT__K_DECL_)
+#undef GRAFT__K_DECL_
+
+/* BLAS setup: make OpenBLAS single-threaded inside tasks where that is safe
+ * (pthreads variant); never touches the OpenMP variant.  Idempotent. */
+void graft__blas_init(void);
+
+#endif /* GRAFT_KERNELS_H */

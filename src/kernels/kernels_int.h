@@ -1,0 +1,77 @@
+/* graft internal: helpers shared by the kernel files only (not part of the
+ * kernels -> sched interface in kernels.h). */
+#ifndef GRAFT_KERNELS_INT_H
+#define GRAFT_KERNELS_INT_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+/* Plain triple-loop matmul with the same arguments, units and broadcasting
+ * as graft__k_MATMUL; accumulates in double.  Tests use it as the oracle for
+ * the BLAS path. */
+graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end);
+
+/* Rows of one batch per gemm call of graft__k_MATMUL (see matmul.c): a
+ * split of its units at block boundaries gives bitwise the same result as a
+ * single call; a split inside a block may not. */
+#define GRAFT__MM_ROW_BLOCK 64
+
+/* The largest block boundary <= unit for k's matmul (a batch start or a
+ * multiple of GRAFT__MM_ROW_BLOCK rows into a batch): where a tiler may cut
+ * matmul units without changing any bit of the result. */
+int64_t graft__matmul_align(const graft__kargs *k, int64_t unit);
+
+/* The OpenBLAS threading variant as openblas_get_parallel() reports it:
+ * 0 sequential, 1 pthreads, 2 OpenMP; -1 when the BLAS is not OpenBLAS.
+ * Runs graft__blas_init first, so the answer is the one kernels run with. */
+int graft__blas_variant(void);
+
+/* Reduction ops a graft__reduce_run call can perform. */
+enum graft__reduce_kind {
+  GRAFT__RED_SUM,
+  GRAFT__RED_MEAN,
+  GRAFT__RED_MAX,
+  GRAFT__RED_PROD,
+  GRAFT__RED_LSE
+};
+
+/* Reduce k->in[0] over the axes in mask (bit i = input axis i) into output
+ * elements [begin, end) of k->out, whose numel must be the product of the
+ * kept dims (its rank does not matter).  Shared by the reduction kernels and
+ * sum_to_shape so both sum in the same fixed order. */
+graft_status graft__reduce_run(const graft__kargs *k, enum graft__reduce_kind kind,
+                               unsigned mask, int64_t begin, int64_t end);
+
+/* Record why dtype dt cannot run here and return GRAFT_EDTYPE. */
+static inline graft_status graft__kernel_bad_dtype(const graft__kargs *k, graft_dtype dt) {
+  if (k->msg)
+    graft__msgf(k->msg, "unsupported dtype %s", graft_dtype_name(dt));
+  return GRAFT_EDTYPE;
+}
+
+/* Record an inconsistency between a node and its views (a graph-layer bug,
+ * not a user error) and return GRAFT_EINTERNAL. */
+static inline graft_status graft__kernel_internal(const graft__kargs *k, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline graft_status graft__kernel_internal(const graft__kargs *k, const char *fmt, ...) {
+  if (k->msg) {
+    va_list ap;
+    va_start(ap, fmt);
+    graft__vmsgf(k->msg, fmt, ap);
+    va_end(ap);
+  }
+  return GRAFT_EINTERNAL;
+}
+
+/* GRAFT_OK if [begin, end) lies within [0, units), else GRAFT_EINTERNAL. */
+static inline graft_status graft__kernel_check_units(const graft__kargs *k, int64_t begin,
+                                                     int64_t end, int64_t units) {
+  if (begin >= 0 && end <= units)
+    return GRAFT_OK;
+  return graft__kernel_internal(k, "units [%lld, %lld) outside [0, %lld)", (long long)begin,
+                                (long long)end, (long long)units);
+}
+
+#endif /* GRAFT_KERNELS_INT_H */

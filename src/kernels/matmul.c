@@ -1,0 +1,226 @@
+/* graft kernels: matmul (f32/f64) through single-threaded CBLAS, and the
+ * plain reference loop it is tested against.
+ *
+ * out[..., M, N] = op(a)[..., M, K] @ op(b)[..., K, N], where op transposes
+ * the last two dims under GRAFT_TRANS_A / GRAFT_TRANS_B and the leading
+ * (batch) dims of a and b broadcast NumPy-style to those of out.
+ *
+ * Units are output rows over all batches (batch count * M).  Within a
+ * batch, rows are cut into a fixed grid of GRAFT__MM_ROW_BLOCK-row blocks,
+ * and a call for rows [begin, end) issues one gemm per grid block it
+ * touches, clipped to its rows.  Row block [r0, r1) of op(a) starts r0 rows
+ * down the stored a, or r0 columns in when a is stored transposed (same lda
+ * either way).
+ *
+ * Why the grid: an optimized BLAS sums a row differently depending on its
+ * place in the call (OpenBLAS's Haswell kernels treat tail rows with other
+ * micro-kernels), so the same row computed inside a different gemm can
+ * differ in the last bits.  With the grid, any split at block boundaries
+ * (graft__matmul_align) makes exactly the same gemm calls as one call over
+ * all units, hence bitwise the same result; a split inside a block may
+ * change that block's last bits.  Blocks of 64 rows cost 2-7% against one
+ * big gemm (OpenBLAS repacks op(b) per call).
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "kernels/kernels_int.h"
+
+typedef struct mm_geom {
+  int64_t M, N, K;
+  int trans_a, trans_b;
+  int nb;                         /* batch rank of out */
+  int64_t bdim[GRAFT_MAX_RANK];   /* out batch dims */
+  int64_t astep[GRAFT_MAX_RANK];  /* elements of a per step of out batch dim d (0: broadcast) */
+  int64_t bstep[GRAFT_MAX_RANK];
+  int64_t batches;
+} mm_geom;
+
+/* Per out batch dim, how far a's (or b's) matrices move: 0 where the operand
+ * lacks the dim or has it as 1. */
+static graft_status batch_steps(const graft__kargs *k, const graft__tview *t, int64_t mat,
+                                const mm_geom *g, int64_t *step, const char *which) {
+  int nt = t->rank - 2;
+  int64_t s = mat;
+  for (int d = g->nb - 1; d >= 0; d--) {
+    int td = d - (g->nb - nt);
+    if (td < 0) {
+      step[d] = 0;
+      continue;
+    }
+    int64_t n = t->shape[td];
+    if (n != 1 && n != g->bdim[d])
+      return graft__kernel_internal(k, "batch dim %d of %s is %lld, out has %lld", td, which,
+                                    (long long)n, (long long)g->bdim[d]);
+    step[d] = n == 1 ? 0 : s;
+    s *= n;
+  }
+  return GRAFT_OK;
+}
+
+static graft_status mm_setup(const graft__kargs *k, mm_geom *g) {
+  const graft__tview *a = k->in[0], *b = k->in[1], *c = k->out;
+  if (a->dtype != GRAFT_F32 && a->dtype != GRAFT_F64)
+    return graft__kernel_bad_dtype(k, a->dtype);
+  if (b->dtype != a->dtype || c->dtype != a->dtype)
+    return graft__kernel_internal(k, "dtypes %s x %s -> %s differ", graft_dtype_name(a->dtype),
+                                  graft_dtype_name(b->dtype), graft_dtype_name(c->dtype));
+  if (a->rank < 2 || b->rank < 2 || c->rank < 2 || c->rank < a->rank || c->rank < b->rank)
+    return graft__kernel_internal(k, "ranks %d x %d -> %d", a->rank, b->rank, c->rank);
+  unsigned flags = k->node->attr.matmul.flags;
+  g->trans_a = (flags & GRAFT_TRANS_A) != 0;
+  g->trans_b = (flags & GRAFT_TRANS_B) != 0;
+  const int64_t *as = a->shape + a->rank - 2, *bs = b->shape + b->rank - 2;
+  g->M = c->shape[c->rank - 2];
+  g->N = c->shape[c->rank - 1];
+  g->K = g->trans_a ? as[0] : as[1];
+  int64_t am = g->trans_a ? as[1] : as[0];
+  int64_t bk = g->trans_b ? bs[1] : bs[0], bn = g->trans_b ? bs[0] : bs[1];
+  if (am != g->M || bk != g->K || bn != g->N)
+    return graft__kernel_internal(k, "op(a) is %lldx%lld, op(b) %lldx%lld, out %lldx%lld",
+                                  (long long)am, (long long)g->K, (long long)bk, (long long)bn,
+                                  (long long)g->M, (long long)g->N);
+  g->nb = c->rank - 2;
+  g->batches = 1;
+  for (int d = 0; d < g->nb; d++) {
+    g->bdim[d] = c->shape[d];
+    g->batches *= c->shape[d];
+  }
+  graft_status st = batch_steps(k, a, g->M * g->K, g, g->astep, "a");
+  if (st == GRAFT_OK)
+    st = batch_steps(k, b, g->K * g->N, g, g->bstep, "b");
+  return st;
+}
+
+/* Element offsets of batch bi's matrices in a and b. */
+static void batch_offsets(const mm_geom *g, int64_t bi, int64_t *aoff, int64_t *boff) {
+  *aoff = *boff = 0;
+  for (int d = g->nb - 1; d >= 0; d--) {
+    int64_t i = bi % g->bdim[d];
+    bi /= g->bdim[d];
+    *aoff += i * g->astep[d];
+    *boff += i * g->bstep[d];
+  }
+}
+
+/* Runs the trailing statements once per batch that rows [begin, end)
+ * touch, with bi the batch, [r0, r1) its rows, and aoff / boff / coff the
+ * element offsets of its matrices in a, b and out. */
+#define FOR_BATCH_ROWS(g, begin, end, ...)                                    \
+  do {                                                                        \
+    for (int64_t bi = (begin) / (g)->M; bi * (g)->M < (end); bi++) {          \
+      int64_t r0 = GRAFT__MAX((begin), bi * (g)->M) - bi * (g)->M;            \
+      int64_t r1 = GRAFT__MIN((end), (bi + 1) * (g)->M) - bi * (g)->M;        \
+      int64_t aoff, boff, coff = bi * (g)->M * (g)->N;                        \
+      batch_offsets((g), bi, &aoff, &boff);                                   \
+      __VA_ARGS__                                                             \
+    }                                                                         \
+  } while (0)
+
+/* Runs the trailing statements once per grid block that rows [r0, r1) of a
+ * batch touch, with [s0, s1) the part of the block inside them. */
+#define FOR_GRID_BLOCKS(r0, r1, ...)                                          \
+  for (int64_t g0 = (r0) - (r0) % GRAFT__MM_ROW_BLOCK; g0 < (r1);             \
+       g0 += GRAFT__MM_ROW_BLOCK) {                                           \
+    int64_t s0 = GRAFT__MAX(g0, (r0));                                        \
+    int64_t s1 = GRAFT__MIN(g0 + GRAFT__MM_ROW_BLOCK, (r1));                  \
+    __VA_ARGS__                                                               \
+  }
+
+int64_t graft__matmul_align(const graft__kargs *k, int64_t unit) {
+  const graft__tview *c = k->out;
+  const int64_t M = c->rank >= 2 ? c->shape[c->rank - 2] : 0;
+  if (M <= 0 || unit <= 0)
+    return unit;
+  const int64_t r = unit % M;
+  return unit - r % GRAFT__MM_ROW_BLOCK;
+}
+
+static void zero_rows(const graft__kargs *k, const mm_geom *g, int64_t begin, int64_t end) {
+  size_t es = graft_dtype_size(k->out->dtype);
+  memset((char *)k->out->data + (size_t)(begin * g->N) * es, 0,
+         (size_t)((end - begin) * g->N) * es);
+}
+
+graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) {
+  mm_geom g;
+  graft_status st = mm_setup(k, &g);
+  if (st == GRAFT_OK)
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.M);
+  if (st != GRAFT_OK || begin >= end || g.N == 0)
+    return st;
+  if (g.K == 0) {
+    /* An empty sum; BLAS would also reject lda = 0. */
+    zero_rows(k, &g, begin, end);
+    return GRAFT_OK;
+  }
+  if (g.M > INT_MAX || g.N > INT_MAX || g.K > INT_MAX) {
+    if (k->msg)
+      graft__msgf(k->msg, "matrix dims %lldx%lldx%lld exceed the BLAS int range",
+                  (long long)g.M, (long long)g.K, (long long)g.N);
+    return GRAFT_EUNSUPPORTED;
+  }
+  const enum CBLAS_TRANSPOSE ta = g.trans_a ? CblasTrans : CblasNoTrans;
+  const enum CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
+  const int lda = (int)(g.trans_a ? g.M : g.K);
+  const int ldb = (int)(g.trans_b ? g.K : g.N);
+  const int ldc = (int)g.N;
+  const int n = (int)g.N, kk = (int)g.K;
+  if (k->out->dtype == GRAFT_F32) {
+    const float *a = k->in[0]->data, *b = k->in[1]->data;
+    float *c = k->out->data;
+    FOR_BATCH_ROWS(&g, begin, end, FOR_GRID_BLOCKS(r0, r1, {
+      const float *ab = a + aoff + (g.trans_a ? s0 : s0 * g.K);
+      cblas_sgemm(CblasRowMajor, ta, tb, (int)(s1 - s0), n, kk, 1.0f, ab, lda, b + boff, ldb,
+                  0.0f, c + coff + s0 * g.N, ldc);
+    }));
+  } else {
+    const double *a = k->in[0]->data, *b = k->in[1]->data;
+    double *c = k->out->data;
+    FOR_BATCH_ROWS(&g, begin, end, FOR_GRID_BLOCKS(r0, r1, {
+      const double *ab = a + aoff + (g.trans_a ? s0 : s0 * g.K);
+      cblas_dgemm(CblasRowMajor, ta, tb, (int)(s1 - s0), n, kk, 1.0, ab, lda, b + boff, ldb,
+                  0.0, c + coff + s0 * g.N, ldc);
+    }));
+  }
+  return GRAFT_OK;
+}
+
+/* The reference: one dot product per output element, accumulated in double
+ * in increasing k. */
+#define DEF_REF(NAME, T)                                                        \
+  static void NAME(const graft__kargs *k, const mm_geom *g, int64_t begin, int64_t end) { \
+    const T *a = k->in[0]->data, *b = k->in[1]->data;                          \
+    T *c = k->out->data;                                                        \
+    const int64_t M = g->M, N = g->N, K = g->K;                                 \
+    FOR_BATCH_ROWS(g, begin, end, {                                             \
+      for (int64_t i = r0; i < r1; i++)                                         \
+        for (int64_t j = 0; j < N; j++) {                                       \
+          double acc = 0.0;                                                     \
+          for (int64_t p = 0; p < K; p++) {                                     \
+            T av = g->trans_a ? a[aoff + p * M + i] : a[aoff + i * K + p];      \
+            T bv = g->trans_b ? b[boff + j * K + p] : b[boff + p * N + j];      \
+            acc += (double)av * (double)bv;                                     \
+          }                                                                     \
+          c[coff + i * N + j] = (T)acc;                                         \
+        }                                                                       \
+    });                                                                         \
+  }
+
+DEF_REF(ref_f32, float)
+DEF_REF(ref_f64, double)
+
+graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end) {
+  mm_geom g;
+  graft_status st = mm_setup(k, &g);
+  if (st == GRAFT_OK)
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.M);
+  if (st != GRAFT_OK || begin >= end || g.N == 0)
+    return st;
+  if (k->out->dtype == GRAFT_F32)
+    ref_f32(k, &g, begin, end);
+  else
+    ref_f64(k, &g, begin, end);
+  return GRAFT_OK;
+}

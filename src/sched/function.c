@@ -1,0 +1,507 @@
+/* Functions: the trace cache, the plan cache, and one call from inputs to
+ * committed outputs and variables.
+ *
+ * Without a declared signature each concrete signature gets its own trace;
+ * with one, a single trace (symbolic dims) serves every matching input.  In
+ * both cases plans are keyed by the concrete signature and kept in an LRU of
+ * cache_capacity entries; evicting a trace evicts its plans. */
+#include <string.h>
+
+#include "sched/sched.h"
+
+#define DEFAULT_CAPACITY 16
+
+/* A signature flattened as [dtype, rank, dims...] per input. */
+typedef struct sigkey {
+  int64_t *v;
+  int64_t len;
+} sigkey;
+
+typedef struct trace_entry {
+  graft__graph *g;
+  sigkey key;  /* empty for the declared-signature trace */
+  uint64_t tick;
+} trace_entry;
+
+typedef struct plan_entry {
+  graft__plan *p;
+  graft__graph *g;
+  sigkey key;
+  uint64_t tick;
+} plan_entry;
+
+struct graft_function {
+  graft_runtime *rt;
+  char *name;
+  graft_trace_fn trace;
+  void *user;
+  int n_inputs, n_outputs;
+  int capacity;
+  /* declared signature, or n_sig 0 */
+  int has_sig;
+  graft_dtype *sig_dtypes;
+  int *sig_ranks;
+  int64_t *sig_dims; /* n_inputs * GRAFT_MAX_RANK */
+  trace_entry *traces;
+  int n_traces;
+  plan_entry *plans;
+  int n_plans;
+  uint64_t tick;
+  int trace_count;
+  int busy;
+  graft__graph *last_graph;
+  graft__plan *last_plan;
+  char msg[GRAFT__MSG_LEN];
+};
+
+static graft_status failf(graft_function *f, graft_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static graft_status failf(graft_function *f, graft_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  graft__vmsgf(f->msg, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+static graft_status copy_signature(graft_function *f, const graft_signature *s) {
+  int n = f->n_inputs;
+  f->sig_dtypes = graft__calloc((size_t)(n ? n : 1), sizeof *f->sig_dtypes);
+  f->sig_ranks = graft__calloc((size_t)(n ? n : 1), sizeof *f->sig_ranks);
+  f->sig_dims = graft__calloc((size_t)(n ? n : 1) * GRAFT_MAX_RANK, sizeof *f->sig_dims);
+  if (!f->sig_dtypes || !f->sig_ranks || !f->sig_dims) return GRAFT_ENOMEM;
+  for (int i = 0; i < n; i++) {
+    f->sig_dtypes[i] = s->dtypes[i];
+    f->sig_ranks[i] = s->ranks[i];
+    for (int d = 0; d < s->ranks[i]; d++) f->sig_dims[i * GRAFT_MAX_RANK + d] = s->shapes[i][d];
+  }
+  f->has_sig = 1;
+  return GRAFT_OK;
+}
+
+static int bad_signature(const graft_function_desc *d) {
+  const graft_signature *s = d->signature;
+  if (s->n != d->n_inputs) return 1;
+  if (d->n_inputs && (!s->dtypes || !s->ranks || !s->shapes)) return 1;
+  for (int i = 0; i < s->n; i++) {
+    if (graft_dtype_size(s->dtypes[i]) == 0) return 1;
+    if (s->ranks[i] < 0 || s->ranks[i] > GRAFT_MAX_RANK) return 1;
+    if (s->ranks[i] && !s->shapes[i]) return 1;
+    for (int k = 0; k < s->ranks[i]; k++)
+      if (s->shapes[i][k] < -1) return 1;
+  }
+  return 0;
+}
+
+GRAFT_API graft_status graft_function_create(graft_runtime *rt, const graft_function_desc *desc,
+                                             graft_function **out) {
+  if (!out) return GRAFT_EINVAL;
+  *out = NULL;
+  if (!rt || !desc || !desc->trace || desc->n_inputs < 0 || desc->n_outputs < 1 ||
+      desc->cache_capacity < 0)
+    return GRAFT_EINVAL;
+  if (desc->signature && bad_signature(desc)) return GRAFT_EINVAL;
+  graft_function *f = graft__calloc(1, sizeof *f);
+  if (!f) return GRAFT_ENOMEM;
+  f->rt = rt;
+  f->trace = desc->trace;
+  f->user = desc->user;
+  f->n_inputs = desc->n_inputs;
+  f->n_outputs = desc->n_outputs;
+  f->capacity = desc->cache_capacity ? desc->cache_capacity : DEFAULT_CAPACITY;
+  f->name = graft__strdup(desc->name ? desc->name : "function");
+  f->traces = graft__calloc((size_t)f->capacity, sizeof *f->traces);
+  f->plans = graft__calloc((size_t)f->capacity, sizeof *f->plans);
+  if (!f->name || !f->traces || !f->plans ||
+      (desc->signature && copy_signature(f, desc->signature))) {
+    graft_function_destroy(f);
+    return GRAFT_ENOMEM;
+  }
+  *out = f;
+  return GRAFT_OK;
+}
+
+static void drop_plan(graft_function *f, int i) {
+  if (f->plans[i].p == f->last_plan) f->last_plan = NULL;
+  graft__plan_destroy(f->plans[i].p);
+  graft__free(f->plans[i].key.v);
+  f->plans[i] = f->plans[--f->n_plans];
+}
+
+static void drop_trace(graft_function *f, int i) {
+  graft__graph *g = f->traces[i].g;
+  for (int k = f->n_plans; k-- > 0;)
+    if (f->plans[k].g == g) drop_plan(f, k);
+  if (g == f->last_graph) f->last_graph = NULL;
+  graft__graph_destroy(g);
+  graft__free(f->traces[i].key.v);
+  f->traces[i] = f->traces[--f->n_traces];
+}
+
+GRAFT_API void graft_function_destroy(graft_function *f) {
+  if (!f) return;
+  while (f->n_traces) drop_trace(f, f->n_traces - 1);
+  while (f->n_plans) drop_plan(f, f->n_plans - 1);
+  graft__free(f->traces);
+  graft__free(f->plans);
+  graft__free(f->sig_dtypes);
+  graft__free(f->sig_ranks);
+  graft__free(f->sig_dims);
+  graft__free(f->name);
+  graft__free(f);
+}
+
+/* ---- signatures -------------------------------------------------------- */
+
+static graft_status make_key(int n, graft_tensor *const *in, sigkey *k) {
+  int64_t len = 0;
+  for (int i = 0; i < n; i++) len += 2 + graft_tensor_rank(in[i]);
+  k->v = graft__malloc((size_t)(len ? len : 1) * sizeof *k->v);
+  if (!k->v) return GRAFT_ENOMEM;
+  k->len = 0;
+  for (int i = 0; i < n; i++) {
+    k->v[k->len++] = graft_tensor_dtype(in[i]);
+    k->v[k->len++] = graft_tensor_rank(in[i]);
+    for (int d = 0; d < graft_tensor_rank(in[i]); d++) k->v[k->len++] = graft_tensor_shape(in[i])[d];
+  }
+  return GRAFT_OK;
+}
+
+static int key_eq(const sigkey *a, const sigkey *b) {
+  return a->len == b->len && !memcmp(a->v, b->v, (size_t)a->len * sizeof *a->v);
+}
+
+static graft_status check_inputs(graft_function *f, int n_in, graft_tensor *const *in) {
+  if (n_in != f->n_inputs)
+    return failf(f, GRAFT_EINVAL, "%s: called with %d inputs, the function takes %d", f->name, n_in,
+                 f->n_inputs);
+  if (n_in && !in) return failf(f, GRAFT_EINVAL, "%s: input array is NULL", f->name);
+  for (int i = 0; i < n_in; i++) {
+    if (!in[i]) return failf(f, GRAFT_EINVAL, "%s: input %d is NULL", f->name, i);
+    if (!f->has_sig) continue;
+    char want[96], got[96];
+    graft__shape_str(want, sizeof want, f->sig_ranks[i], &f->sig_dims[i * GRAFT_MAX_RANK]);
+    graft__shape_str(got, sizeof got, graft_tensor_rank(in[i]), graft_tensor_shape(in[i]));
+    if (graft_tensor_dtype(in[i]) != f->sig_dtypes[i])
+      return failf(f, GRAFT_EDTYPE, "%s: input %d is %s, the signature says %s", f->name, i,
+                   graft_dtype_name(graft_tensor_dtype(in[i])), graft_dtype_name(f->sig_dtypes[i]));
+    int bad = graft_tensor_rank(in[i]) != f->sig_ranks[i];
+    for (int d = 0; !bad && d < f->sig_ranks[i]; d++) {
+      int64_t s = f->sig_dims[i * GRAFT_MAX_RANK + d];
+      bad = s >= 0 && s != graft_tensor_shape(in[i])[d];
+    }
+    if (bad)
+      return failf(f, GRAFT_ESHAPE, "%s: input %d has shape %s, the signature says %s (-1: any)",
+                   f->name, i, got, want);
+  }
+  return GRAFT_OK;
+}
+
+/* ---- tracing ----------------------------------------------------------- */
+
+static graft_status add_inputs(graft_function *f, graft__graph *g, graft_tensor *const *in) {
+  for (int i = 0; i < f->n_inputs; i++) {
+    graft__node *n = graft__graph_add(g, GRAFT__OP_INPUT, 0, NULL);
+    if (!n) return GRAFT_ENOMEM;
+    n->attr.input.index = i;
+    n->dtype = (uint8_t)graft_tensor_dtype(in[i]);
+    n->rank = (uint8_t)graft_tensor_rank(in[i]);
+    for (int d = 0; d < n->rank; d++) {
+      int64_t dim = graft_tensor_shape(in[i])[d];
+      if (f->has_sig && f->sig_dims[i * GRAFT_MAX_RANK + d] == -1) {
+        dim = graft__graph_new_sym(g, i, d);
+        if (dim == -1) return GRAFT_ENOMEM;
+      }
+      n->shape[d] = dim;
+    }
+    g->inputs[i] = n->v.id;
+  }
+  return GRAFT_OK;
+}
+
+static graft_status run_trace(graft_function *f, graft_tensor *const *in, graft__graph **out) {
+  *out = NULL;
+  graft__graph *g = graft__graph_create(f->name, f->n_inputs, f->n_outputs);
+  if (!g || add_inputs(f, g, in)) {
+    graft__graph_destroy(g);
+    return failf(f, GRAFT_ENOMEM, "%s: out of memory while tracing", f->name);
+  }
+  graft_value **ins = graft__calloc((size_t)(f->n_inputs + f->n_outputs) + 1, sizeof *ins);
+  if (!ins) {
+    graft__graph_destroy(g);
+    return failf(f, GRAFT_ENOMEM, "%s: out of memory while tracing", f->name);
+  }
+  graft_value **outs = ins + f->n_inputs;
+  for (int i = 0; i < f->n_inputs; i++) ins[i] = &graft__graph_node(g, g->inputs[i])->v;
+
+  graft_trace t;
+  graft__trace_begin(&t, g);
+  graft_status cb = f->trace(&t, f->n_inputs, ins, f->n_outputs, outs, f->user);
+  f->trace_count++;
+  graft_status st = t.status;
+  if (st) {
+    failf(f, st, "%s", t.msg);
+  } else if (cb) {
+    st = failf(f, cb, "%s: the trace callback returned %s", f->name, graft_status_name(cb));
+  } else {
+    for (int i = 0; i < f->n_outputs && !st; i++) {
+      if (!outs[i] || outs[i]->id == GRAFT__POISON_ID)
+        st = failf(f, GRAFT_EINVAL, "%s: the trace callback left output %d unset", f->name, i);
+      else if (outs[i]->g != g)
+        st = failf(f, GRAFT_EMISUSE, "%s: output %d belongs to another trace", f->name, i);
+      else
+        g->outputs[i] = outs[i]->id;
+    }
+  }
+  graft__trace_end(&t);
+  graft__free(ins);
+  if (st) {
+    graft__graph_destroy(g);
+    return st;
+  }
+  *out = g;
+  return GRAFT_OK;
+}
+
+static int lru_victim(const uint64_t *ticks, int n, size_t stride) {
+  int v = 0;
+  for (int i = 1; i < n; i++)
+    if (*(const uint64_t *)((const char *)ticks + i * stride) <
+        *(const uint64_t *)((const char *)ticks + v * stride))
+      v = i;
+  return v;
+}
+
+static graft_status get_graph(graft_function *f, graft_tensor *const *in, const sigkey *key,
+                              graft__graph **out) {
+  for (int i = 0; i < f->n_traces; i++) {
+    if (f->has_sig || key_eq(&f->traces[i].key, key)) {
+      f->traces[i].tick = ++f->tick;
+      *out = f->traces[i].g;
+      return GRAFT_OK;
+    }
+  }
+  graft__graph *g;
+  graft_status st = run_trace(f, in, &g);
+  if (st) return st;
+  sigkey copy = {NULL, 0};
+  if (!f->has_sig) {
+    copy.v = graft__malloc((size_t)(key->len ? key->len : 1) * sizeof *copy.v);
+    if (!copy.v) {
+      graft__graph_destroy(g);
+      return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+    }
+    memcpy(copy.v, key->v, (size_t)key->len * sizeof *copy.v);
+    copy.len = key->len;
+  }
+  if (f->n_traces == f->capacity)
+    drop_trace(f, lru_victim(&f->traces[0].tick, f->n_traces, sizeof *f->traces));
+  f->traces[f->n_traces++] = (trace_entry){g, copy, ++f->tick};
+  *out = g;
+  return GRAFT_OK;
+}
+
+static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *const *in,
+                             const sigkey *key, graft__plan **out) {
+  for (int i = 0; i < f->n_plans; i++) {
+    if (f->plans[i].g == g && key_eq(&f->plans[i].key, key)) {
+      f->plans[i].tick = ++f->tick;
+      *out = f->plans[i].p;
+      return GRAFT_OK;
+    }
+  }
+  graft__plan *p;
+  graft_status st = graft__plan_compile(g, in, &p, f->msg);
+  if (st) return st;
+  sigkey copy = {graft__malloc((size_t)(key->len ? key->len : 1) * sizeof *copy.v), key->len};
+  if (!copy.v) {
+    graft__plan_destroy(p);
+    return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  }
+  memcpy(copy.v, key->v, (size_t)key->len * sizeof *copy.v);
+  if (f->n_plans == f->capacity)
+    drop_plan(f, lru_victim(&f->plans[0].tick, f->n_plans, sizeof *f->plans));
+  f->plans[f->n_plans++] = (plan_entry){p, g, copy, ++f->tick};
+  *out = p;
+  return GRAFT_OK;
+}
+
+/* ---- one call ---------------------------------------------------------- */
+
+static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
+  const char *x = a, *y = b;
+  return na && nb && x < y + nb && y < x + na;
+}
+
+static size_t tensor_bytes(const graft_tensor *t) {
+  return (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t));
+}
+
+static size_t view_bytes(const graft__tview *v) {
+  return (size_t)v->numel * graft_dtype_size(v->dtype);
+}
+
+/* Check caller-provided outputs and allocate the missing ones into mine[]. */
+static graft_status prepare_outputs(graft_function *f, graft__plan *p, graft_tensor **out,
+                                    graft_tensor **mine) {
+  const graft__graph *g = p->g;
+  for (int i = 0; i < f->n_outputs; i++) {
+    const graft__tview *v = &p->views[g->outputs[i]];
+    mine[i] = NULL;
+    if (out[i]) {
+      char want[96], got[96];
+      graft__shape_str(want, sizeof want, v->rank, v->shape);
+      graft__shape_str(got, sizeof got, graft_tensor_rank(out[i]), graft_tensor_shape(out[i]));
+      if (graft_tensor_dtype(out[i]) != v->dtype)
+        return failf(f, GRAFT_EDTYPE, "%s: output %d tensor is %s, the output is %s", f->name, i,
+                     graft_dtype_name(graft_tensor_dtype(out[i])), graft_dtype_name(v->dtype));
+      if (graft_tensor_rank(out[i]) != v->rank ||
+          memcmp(graft_tensor_shape(out[i]), v->shape, (size_t)v->rank * sizeof(int64_t)))
+        return failf(f, GRAFT_ESHAPE, "%s: output %d tensor has shape %s, the output is %s",
+                     f->name, i, got, want);
+      continue;
+    }
+    if (graft_tensor_create(v->dtype, v->rank, v->shape, &mine[i]))
+      return failf(f, GRAFT_ENOMEM, "%s: out of memory allocating output %d", f->name, i);
+  }
+  return GRAFT_OK;
+}
+
+/* Point external views at this call's memory; decide which outputs the
+ * kernels write straight into (direct[i]). */
+static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const *in,
+                         graft_tensor *const *dst, uint8_t *direct) {
+  const graft__graph *g = p->g;
+  for (int i = 0; i < g->n_inputs; i++) p->views[g->inputs[i]].data = graft_tensor_data(in[i]);
+  for (int64_t i = 0; i < g->n_vars; i++) {
+    if (__atomic_load_n(&g->vars[i]->destroyed, __ATOMIC_ACQUIRE))
+      return failf(f, GRAFT_EMISUSE, "%s: variable '%s' was destroyed after this function traced it",
+                   f->name, g->vars[i]->name);
+  }
+  for (uint32_t id = 0; id < g->n_nodes; id++) {
+    const graft__node *n = graft__graph_node(g, id);
+    if (p->live[id] && n->op == GRAFT__OP_VAR_READ)
+      p->views[id].data = graft_tensor_data(n->attr.var.var->value);
+    else if (p->offset[id] != SIZE_MAX)
+      p->views[id].data = p->arena + p->offset[id];
+  }
+  /* A fallible plan writes outputs through the arena, so a failure leaves
+   * the caller's tensors as they were. */
+  for (int i = 0; i < f->n_outputs; i++) {
+    uint32_t id = g->outputs[i];
+    direct[i] = !p->fallible && p->offset[id] != SIZE_MAX;
+    for (int k = 0; k < i && direct[i]; k++)
+      if (g->outputs[k] == id) direct[i] = 0;
+    for (int k = 0; k < f->n_inputs && direct[i]; k++)
+      if (overlaps(graft_tensor_data(dst[i]), tensor_bytes(dst[i]), graft_tensor_data(in[k]),
+                   tensor_bytes(in[k])))
+        direct[i] = 0;
+    for (int64_t k = 0; k < g->n_vars && direct[i]; k++) {
+      const graft_tensor *vt = g->vars[k]->value;
+      if (overlaps(graft_tensor_data(dst[i]), tensor_bytes(dst[i]), graft_tensor_data(vt),
+                   tensor_bytes(vt)))
+        direct[i] = 0;
+    }
+    if (direct[i]) p->views[id].data = graft_tensor_data(dst[i]);
+  }
+  return GRAFT_OK;
+}
+
+static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
+                   const uint8_t *direct) {
+  const graft__graph *g = p->g;
+  for (int i = 0; i < f->n_outputs; i++) {
+    const graft__tview *v = &p->views[g->outputs[i]];
+    if (!direct[i] && view_bytes(v)) memcpy(graft_tensor_data(dst[i]), v->data, view_bytes(v));
+  }
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    const graft__node *n = graft__graph_node(g, p->order[i]);
+    if (n->op != GRAFT__OP_ASSIGN) continue;
+    const graft__tview *v = &p->views[p->order[i]];
+    if (view_bytes(v)) memcpy(graft_tensor_data(n->attr.var.var->value), v->data, view_bytes(v));
+  }
+}
+
+static graft_status execute(graft_function *f, graft__plan *p) {
+  switch (f->rt->cfg.sched) {
+  case GRAFT__SCHED_SEQ:
+  case GRAFT__SCHED_WS:
+  case GRAFT__SCHED_OMP:
+    /* The parallel schedulers arrive with the scheduler issue; until then
+     * every mode runs the reference executor. */
+    return graft__exec_seq(p, f->msg);
+  }
+  return GRAFT_EINTERNAL;
+}
+
+static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const *in, int n_out,
+                                graft_tensor **out) {
+  graft_status st = check_inputs(f, n_in, in);
+  if (st) return st;
+  if (n_out != f->n_outputs)
+    return failf(f, GRAFT_EINVAL, "%s: called with %d outputs, the function has %d", f->name, n_out,
+                 f->n_outputs);
+  if (!out) return failf(f, GRAFT_EINVAL, "%s: output array is NULL", f->name);
+
+  sigkey key;
+  if (make_key(n_in, in, &key)) return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  graft__graph *g = NULL;
+  graft__plan *p = NULL;
+  st = get_graph(f, in, &key, &g);
+  if (!st) st = get_plan(f, g, in, &key, &p);
+  graft__free(key.v);
+  if (st) return st;
+  f->last_graph = g;
+
+  graft_tensor **mine = graft__calloc((size_t)n_out, sizeof *mine + sizeof(graft_tensor *) + 1);
+  if (!mine) return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  graft_tensor **dst = mine + n_out;
+  uint8_t *direct = (uint8_t *)(dst + n_out);
+  st = prepare_outputs(f, p, out, mine);
+  for (int i = 0; i < n_out; i++) dst[i] = out[i] ? out[i] : mine[i];
+  if (!st) st = bind(f, p, in, dst, direct);
+  if (!st) st = execute(f, p);
+  if (!st) {
+    commit(f, p, dst, direct);
+    for (int i = 0; i < n_out; i++)
+      if (!out[i]) out[i] = mine[i];
+    f->last_plan = p;
+  } else {
+    for (int i = 0; i < n_out; i++) graft_tensor_destroy(mine[i]);
+  }
+  graft__free(mine);
+  return st;
+}
+
+GRAFT_API graft_status graft_function_call(graft_function *f, int n_in, graft_tensor *const *in,
+                                           int n_out, graft_tensor **out) {
+  if (!f) return GRAFT_EINVAL;
+  int idle = 0;
+  if (!__atomic_compare_exchange_n(&f->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return GRAFT_EMISUSE; /* the running call owns f->msg */
+  f->msg[0] = '\0';
+  graft_status st = call_locked(f, n_in, in, n_out, out);
+  __atomic_store_n(&f->busy, 0, __ATOMIC_RELEASE);
+  return st;
+}
+
+GRAFT_API const char *graft_function_errmsg(const graft_function *f) { return f ? f->msg : ""; }
+
+GRAFT_API int graft_function_trace_count(const graft_function *f) { return f ? f->trace_count : 0; }
+
+GRAFT_API graft_status graft_function_stats(graft_function *f, graft_plan_stats *out) {
+  if (!f || !out) return GRAFT_EINVAL;
+  if (!f->last_plan) return GRAFT_EMISUSE;
+  *out = f->last_plan->stats;
+  out->trace_count = f->trace_count;
+  out->plan_count = f->n_plans;
+  return GRAFT_OK;
+}
+
+GRAFT_API graft_status graft_function_write_dot(graft_function *f, FILE *to) {
+  if (!f || !to) return GRAFT_EINVAL;
+  if (!f->last_graph) return GRAFT_EMISUSE;
+  return graft__graph_write_dot(f->last_graph, to);
+}

@@ -1,0 +1,205 @@
+/* Compile a graph for one concrete signature: prune, bind symbols, infer
+ * concrete shapes, lay out the arena (one slot per intermediate value until
+ * the memory planner lands), prepare kernel arguments. */
+#include <string.h>
+
+#include "sched/sched.h"
+
+#define NO_SLOT SIZE_MAX
+
+void graft__plan_destroy(graft__plan *p) {
+  if (!p) return;
+  graft__free(p->live);
+  graft__free(p->order);
+  graft__free(p->views);
+  graft__free(p->in_ptrs);
+  graft__free(p->kargs);
+  graft__free(p->binding);
+  graft__free(p->offset);
+  graft__free(p->arena);
+  graft__free(p);
+}
+
+static void compile_fail(const graft__graph *g, uint32_t id, const char *reason, char *msg) {
+  const graft__node *n = graft__graph_node(g, id);
+  graft__msgf(msg, "%s: %s (op #%u in trace '%s')", graft__ops[n->op].name, reason, id, g->name);
+}
+
+/* Concrete shapes of every node, binding symbols on the way.  Nodes that
+ * pruning removed may fail without failing the call. */
+static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg) {
+  const graft__graph *g = p->g;
+  graft__shape_ctx c = {p->binding, NULL, {0}};
+  uint8_t *ok = graft__calloc(g->n_nodes ? g->n_nodes : 1, 1);
+  if (!ok) return GRAFT_ENOMEM;
+  graft_status st = GRAFT_OK;
+  for (int i = 0; i < g->n_inputs && !st; i++) {
+    uint32_t id = g->inputs[i];
+    const graft__node *n = graft__graph_node(g, id);
+    st = graft__shape_unify(&c, n->rank, n->shape, graft_tensor_shape(in[i]));
+    if (st) {
+      graft__msgf(msg, "input %d: %s (in trace '%s')", i, c.msg, g->name);
+      goto out;
+    }
+  }
+  for (uint32_t id = 0; id < g->n_nodes; id++) {
+    const graft__node *n = graft__graph_node(g, id);
+    graft__shape ins[16], o;
+    int skip = 0;
+    for (int k = 0; k < n->n_in && !skip; k++) {
+      if (!ok[n->in[k]]) skip = 1;
+    }
+    if (skip || n->n_in > 16) { /* an input failed (only possible off the live set) */
+      if (p->live[id]) {
+        st = GRAFT_EINTERNAL;
+        compile_fail(g, id, "input shape unknown", msg);
+        goto out;
+      }
+      continue;
+    }
+    for (int k = 0; k < n->n_in; k++) {
+      const graft__tview *v = &p->views[n->in[k]];
+      ins[k].dtype = v->dtype;
+      ins[k].rank = v->rank;
+      memcpy(ins[k].dims, v->shape, sizeof ins[k].dims);
+    }
+    st = graft__shape_infer(&c, n, ins, &o);
+    if (!st) st = graft__shape_unify(&c, o.rank, n->shape, o.dims);
+    if (st) {
+      if (!p->live[id]) {
+        st = GRAFT_OK;
+        continue;
+      }
+      compile_fail(g, id, c.msg, msg);
+      goto out;
+    }
+    graft__tview *v = &p->views[id];
+    v->dtype = o.dtype;
+    v->rank = o.rank;
+    memcpy(v->shape, o.dims, sizeof v->shape);
+    v->numel = graft__numel(o.rank, o.dims);
+    if (v->numel < 0) {
+      st = GRAFT_ESHAPE;
+      compile_fail(g, id, "element count overflows", msg);
+      goto out;
+    }
+    ok[id] = 1;
+  }
+out:
+  graft__free(ok);
+  return st;
+}
+
+static graft_status layout(graft__plan *p) {
+  const graft__graph *g = p->g;
+  size_t at = 0;
+  int64_t n_ins = 0;
+  for (uint32_t id = 0; id < g->n_nodes; id++) {
+    p->offset[id] = NO_SLOT;
+    const graft__node *n = graft__graph_node(g, id);
+    if (!p->live[id] || (graft__ops[n->op].flags & GRAFT__OPF_EXTERNAL)) continue;
+    p->order[p->n_order++] = id;
+    n_ins += n->n_in;
+    if (graft__ops[n->op].flags & GRAFT__OPF_FALLIBLE) p->fallible = 1;
+    size_t bytes = (size_t)p->views[id].numel * graft_dtype_size(p->views[id].dtype);
+    p->offset[id] = at;
+    at += (bytes + GRAFT__ALIGN - 1) & ~(size_t)(GRAFT__ALIGN - 1);
+  }
+  p->arena_bytes = at;
+  p->arena = graft__aligned_alloc(at ? at : GRAFT__ALIGN, GRAFT__ALIGN);
+  p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
+  if (!p->arena || !p->in_ptrs) return GRAFT_ENOMEM;
+  int64_t k = 0;
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    uint32_t id = p->order[i];
+    const graft__node *n = graft__graph_node(g, id);
+    graft__kargs *ka = &p->kargs[id];
+    ka->node = n;
+    ka->n_in = n->n_in;
+    ka->in = &p->in_ptrs[k];
+    for (int j = 0; j < n->n_in; j++) p->in_ptrs[k++] = &p->views[n->in[j]];
+    ka->out = &p->views[id];
+    p->views[id].data = p->arena + p->offset[id];
+  }
+  return GRAFT_OK;
+}
+
+static void fill_stats(graft__plan *p) {
+  const graft__graph *g = p->g;
+  graft_plan_stats *s = &p->stats;
+  int64_t live = 0;
+  for (uint32_t id = 0; id < g->n_nodes; id++) live += p->live[id];
+  s->nodes = g->n_nodes;
+  s->live_nodes = live;
+  s->pruned_nodes = (int64_t)g->n_nodes - live;
+  s->tiles = p->n_order;
+  s->arena_bytes = (int64_t)p->arena_bytes;
+  s->naive_bytes = (int64_t)p->arena_bytes;
+  /* LOAD over the compile order: a value is live from its writer to its last
+   * reader. */
+  int64_t *last = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *last);
+  if (last) {
+    for (uint32_t id = 0; id < g->n_nodes; id++) last[id] = -1;
+    for (uint32_t i = 0; i < p->n_order; i++) {
+      const graft__node *n = graft__graph_node(g, p->order[i]);
+      last[p->order[i]] = GRAFT__MAX(last[p->order[i]], (int64_t)i);
+      for (int j = 0; j < n->n_in; j++) last[n->in[j]] = i;
+    }
+    for (int i = 0; i < g->n_outputs; i++) last[g->outputs[i]] = p->n_order;
+    int64_t cur = 0, peak = 0;
+    for (uint32_t i = 0; i < p->n_order; i++) {
+      uint32_t id = p->order[i];
+      cur += (int64_t)(p->views[id].numel * (int64_t)graft_dtype_size(p->views[id].dtype));
+      peak = GRAFT__MAX(peak, cur);
+      const graft__node *n = graft__graph_node(g, id);
+      for (int j = 0; j < n->n_in; j++) {
+        uint32_t src = n->in[j];
+        if (p->offset[src] != NO_SLOT && last[src] == (int64_t)i) {
+          cur -= (int64_t)(p->views[src].numel * (int64_t)graft_dtype_size(p->views[src].dtype));
+          last[src] = -2; /* counted once even if read twice by this node */
+        }
+      }
+    }
+    s->load_bytes = peak;
+    graft__free(last);
+  }
+  s->bound_bytes = s->load_bytes;
+  s->parts = 1;
+}
+
+graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in, graft__plan **out,
+                                 char *msg) {
+  *out = NULL;
+  double t0 = graft__now_us();
+  graft__plan *p = graft__calloc(1, sizeof *p);
+  if (!p) goto nomem;
+  p->g = g;
+  size_t n = g->n_nodes ? g->n_nodes : 1;
+  p->live = graft__malloc(n);
+  p->order = graft__malloc(n * sizeof *p->order);
+  p->views = graft__calloc(n, sizeof *p->views);
+  p->kargs = graft__calloc(n, sizeof *p->kargs);
+  p->offset = graft__malloc(n * sizeof *p->offset);
+  p->binding = graft__malloc((size_t)(g->n_syms ? g->n_syms : 1) * sizeof *p->binding);
+  if (!p->live || !p->order || !p->views || !p->kargs || !p->offset || !p->binding) goto nomem;
+  for (int64_t i = 0; i < g->n_syms; i++) p->binding[i] = -1;
+  graft__graph_prune(g, p->live);
+  for (int i = 0; i < g->n_inputs; i++) p->live[g->inputs[i]] = 1; /* bound every call */
+
+  graft_status st = infer_all(p, in, msg);
+  if (st == GRAFT_ENOMEM) goto nomem;
+  if (st) {
+    graft__plan_destroy(p);
+    return st;
+  }
+  if (layout(p)) goto nomem;
+  fill_stats(p);
+  p->stats.compile_us = graft__now_us() - t0;
+  *out = p;
+  return GRAFT_OK;
+
+nomem:
+  graft__msgf(msg, "out of memory compiling trace '%s'", g->name);
+  graft__plan_destroy(p);
+  return GRAFT_ENOMEM;
+}

@@ -1,0 +1,106 @@
+/* The runtime: resolved configuration, topology, thread count. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels_int.h"
+#include "sched/sched.h"
+
+GRAFT_API void graft_runtime_opts_init(graft_runtime_opts *opts) {
+  if (opts) memset(opts, 0, sizeof *opts);
+}
+
+static int resolved_bind(const graft_runtime *rt) {
+  if (!graft__topology_is_this_system(rt->topo)) return 0; /* nothing real to bind to */
+  return rt->cfg.bind != 0;
+}
+
+static const char *blas_name(void) {
+  switch (graft__blas_variant()) {
+  case 0: return "openblas-sequential";
+  case 1: return "openblas-pthreads";
+  case 2: return "openblas-openmp";
+  default: return "cblas";
+  }
+}
+
+GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t len) {
+  if (!rt) return snprintf(buf, len, "(null runtime)");
+  graft__level lvl = rt->cfg.partition == GRAFT__LEVEL_AUTO ? graft__topology_auto_level(rt->topo)
+                                                            : rt->cfg.partition;
+  return snprintf(buf, len,
+                  "threads=%d sched=%s partition=%s(%s) domains=%d pus=%d topology=%s bind=%s "
+                  "grain=%lld blas=%s trace=%s executor=seq",
+                  rt->num_threads, graft__sched_name(rt->cfg.sched),
+                  graft__level_name(rt->cfg.partition), graft__level_name(lvl),
+                  graft__topology_domains(rt->topo, lvl), graft__topology_pus(rt->topo),
+                  graft__topology_source(rt->topo), resolved_bind(rt) ? "true" : "false",
+                  (long long)rt->cfg.grain, blas_name(),
+                  rt->cfg.trace_path ? rt->cfg.trace_path : "off");
+}
+
+GRAFT_API int graft_runtime_num_threads(const graft_runtime *rt) { return rt ? rt->num_threads : 0; }
+
+static void display(const graft_runtime *rt) {
+  char buf[512];
+  graft_runtime_describe(rt, buf, sizeof buf);
+  fprintf(stderr, "graft: %s\n", buf);
+  if (rt->cfg.display_env < 2) return;
+  static const char *const vars[] = {"GRAFT_NUM_THREADS", "GRAFT_SCHED", "GRAFT_PARTITION",
+                                     "GRAFT_TOPOLOGY", "GRAFT_BIND", "GRAFT_GRAIN",
+                                     "GRAFT_TRACE", "OMP_NUM_THREADS", "OMP_PROC_BIND",
+                                     "OMP_PLACES", "OPENBLAS_NUM_THREADS"};
+  for (size_t i = 0; i < GRAFT__COUNT(vars); i++) {
+    const char *v = getenv(vars[i]);
+    fprintf(stderr, "graft:   %s=%s\n", vars[i], v ? v : "(unset)");
+  }
+}
+
+GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, graft_runtime **out,
+                                               char *errbuf, size_t errlen) {
+  char msg[GRAFT__MSG_LEN];
+  msg[0] = '\0';
+  graft_status st = GRAFT_EINVAL;
+  graft_runtime *rt = NULL;
+  if (!out) {
+    graft__msgf(msg, "graft_runtime_create: out is NULL");
+    goto done;
+  }
+  *out = NULL;
+  rt = graft__calloc(1, sizeof *rt);
+  if (!rt) {
+    st = GRAFT_ENOMEM;
+    graft__msgf(msg, "out of memory");
+    goto done;
+  }
+  st = graft__config_parse(opts, &rt->cfg, msg);
+  if (!st) st = graft__topology_load(&rt->cfg, &rt->topo, msg);
+  if (st) {
+    graft__config_free(&rt->cfg);
+    graft__free(rt);
+    rt = NULL;
+    goto done;
+  }
+  rt->num_threads = rt->cfg.num_threads;
+  if (!rt->num_threads) rt->num_threads = omp_get_max_threads();
+  if (rt->num_threads < 1) rt->num_threads = graft__topology_pus(rt->topo);
+  if (rt->cfg.sched == GRAFT__SCHED_SEQ) rt->num_threads = 1;
+  graft__blas_init();
+  if (rt->cfg.display_env) display(rt);
+  *out = rt;
+done:
+  if (errbuf && errlen) snprintf(errbuf, errlen, "%s", msg);
+  return st;
+}
+
+GRAFT_API graft_status graft_runtime_create(const graft_runtime_opts *opts, graft_runtime **out) {
+  return graft_runtime_create_ex(opts, out, NULL, 0);
+}
+
+GRAFT_API void graft_runtime_destroy(graft_runtime *rt) {
+  if (!rt) return;
+  graft__topology_destroy(rt->topo);
+  graft__config_free(&rt->cfg);
+  graft__free(rt);
+}

@@ -1,0 +1,112 @@
+/* hwloc topology: usable PUs (topology ∩ process binding) and domains. */
+#include <hwloc.h>
+#include <string.h>
+
+#include "sched/sched.h"
+
+struct graft__topology {
+  hwloc_topology_t topo;
+  hwloc_bitmap_t usable;
+  int this_system;
+  char *source;
+};
+
+static graft_status setup(graft__topology *t, const char *desc, char *msg) {
+  if (!desc) return GRAFT_OK;
+  if (strncmp(desc, "xml:", 4) == 0) {
+    if (hwloc_topology_set_xml(t->topo, desc + 4) != 0) {
+      graft__msgf(msg, "GRAFT_TOPOLOGY: cannot read hwloc XML file '%s'", desc + 4);
+      return GRAFT_EIO;
+    }
+  } else if (hwloc_topology_set_synthetic(t->topo, desc) != 0) {
+    graft__msgf(msg,
+                "GRAFT_TOPOLOGY: invalid value '%s' (accepted: an hwloc synthetic description "
+                "such as 'pack:2 numa:2 core:4 pu:1', or xml:PATH)",
+                desc);
+    return GRAFT_EINVAL;
+  }
+  return GRAFT_OK;
+}
+
+graft_status graft__topology_load(const graft__config *cfg, graft__topology **out, char *msg) {
+  *out = NULL;
+  graft__topology *t = graft__calloc(1, sizeof *t);
+  if (!t) return GRAFT_ENOMEM;
+  graft_status st = GRAFT_OK;
+  if (hwloc_topology_init(&t->topo) != 0) {
+    graft__free(t);
+    graft__msgf(msg, "hwloc_topology_init failed");
+    return GRAFT_ENOMEM;
+  }
+  st = setup(t, cfg->topology, msg);
+  if (!st && hwloc_topology_load(t->topo) != 0) {
+    graft__msgf(msg, "hwloc could not load the topology%s%s", cfg->topology ? " " : "",
+                cfg->topology ? cfg->topology : "");
+    st = GRAFT_EIO;
+  }
+  if (!st) {
+    t->this_system = hwloc_topology_is_thissystem(t->topo);
+    t->usable = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t->topo));
+    t->source = graft__strdup(cfg->topology ? cfg->topology : "this-machine");
+    if (!t->usable || !t->source) st = GRAFT_ENOMEM;
+  }
+  if (!st && t->this_system) {
+    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+    if (bound && hwloc_get_cpubind(t->topo, bound, HWLOC_CPUBIND_PROCESS) == 0 &&
+        hwloc_bitmap_intersects(bound, t->usable))
+      hwloc_bitmap_and(t->usable, t->usable, bound);
+    hwloc_bitmap_free(bound);
+  }
+  if (st) {
+    if (st == GRAFT_ENOMEM) graft__msgf(msg, "out of memory loading the topology");
+    graft__topology_destroy(t);
+    return st;
+  }
+  *out = t;
+  return GRAFT_OK;
+}
+
+void graft__topology_destroy(graft__topology *t) {
+  if (!t) return;
+  if (t->usable) hwloc_bitmap_free(t->usable);
+  hwloc_topology_destroy(t->topo);
+  graft__free(t->source);
+  graft__free(t);
+}
+
+int graft__topology_pus(const graft__topology *t) {
+  int w = hwloc_bitmap_weight(t->usable);
+  return w > 0 ? w : 1;
+}
+
+static hwloc_obj_type_t level_type(graft__level l) {
+  switch (l) {
+  case GRAFT__LEVEL_PACKAGE: return HWLOC_OBJ_PACKAGE;
+  case GRAFT__LEVEL_NUMA: return HWLOC_OBJ_NUMANODE;
+  case GRAFT__LEVEL_L3: return HWLOC_OBJ_L3CACHE;
+  case GRAFT__LEVEL_L2: return HWLOC_OBJ_L2CACHE;
+  default: return HWLOC_OBJ_CORE;
+  }
+}
+
+int graft__topology_domains(const graft__topology *t, graft__level level) {
+  if (level == GRAFT__LEVEL_AUTO) level = graft__topology_auto_level(t);
+  if (level == GRAFT__LEVEL_NONE) return 1;
+  hwloc_obj_type_t type = level_type(level);
+  int n = 0, total = hwloc_get_nbobjs_by_type(t->topo, type);
+  for (int i = 0; i < total; i++) {
+    hwloc_obj_t o = hwloc_get_obj_by_type(t->topo, type, (unsigned)i);
+    if (o && o->cpuset && hwloc_bitmap_intersects(o->cpuset, t->usable)) n++;
+  }
+  return n > 0 ? n : 1;
+}
+
+graft__level graft__topology_auto_level(const graft__topology *t) {
+  if (graft__topology_domains(t, GRAFT__LEVEL_NUMA) > 1) return GRAFT__LEVEL_NUMA;
+  if (graft__topology_domains(t, GRAFT__LEVEL_L3) > 1) return GRAFT__LEVEL_L3;
+  return GRAFT__LEVEL_NONE;
+}
+
+int graft__topology_is_this_system(const graft__topology *t) { return t->this_system; }
+
+const char *graft__topology_source(const graft__topology *t) { return t->source; }
