@@ -154,6 +154,7 @@ graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, 
   s = pick(o ? o->topology : NULL, "graft_runtime_opts.topology", "GRAFT_TOPOLOGY");
   if (s.value && !*s.value) return bad(msg, s, "an hwloc synthetic description or xml:PATH");
   if ((st = copy_str(s.value, &c->topology))) goto fail;
+  c->topology_origin = s.origin;
 
   s = pick(o ? o->trace_path : NULL, "graft_runtime_opts.trace_path", "GRAFT_TRACE");
   if (s.value && !*s.value) {

@@ -20,6 +20,7 @@ typedef struct graft__config {
   graft__sched sched;
   graft__level partition;
   char *topology;       /* NULL: this machine */
+  const char *topology_origin; /* "GRAFT_TOPOLOGY" or "graft_runtime_opts.topology" (static) */
   char *trace_path;     /* NULL: off */
   int bind;             /* 1 true, 0 false, -1 default (true on real topologies) */
   int64_t grain;

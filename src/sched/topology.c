@@ -11,18 +11,18 @@ struct graft__topology {
   char *source;
 };
 
-static graft_status setup(graft__topology *t, const char *desc, char *msg) {
+static graft_status setup(graft__topology *t, const char *desc, const char *origin, char *msg) {
   if (!desc) return GRAFT_OK;
   if (strncmp(desc, "xml:", 4) == 0) {
     if (hwloc_topology_set_xml(t->topo, desc + 4) != 0) {
-      graft__msgf(msg, "GRAFT_TOPOLOGY: cannot read hwloc XML file '%s'", desc + 4);
+      graft__msgf(msg, "%s: cannot read hwloc XML file '%s'", origin, desc + 4);
       return GRAFT_EIO;
     }
   } else if (hwloc_topology_set_synthetic(t->topo, desc) != 0) {
     graft__msgf(msg,
-                "GRAFT_TOPOLOGY: invalid value '%s' (accepted: an hwloc synthetic description "
+                "%s: invalid value '%s' (accepted: an hwloc synthetic description "
                 "such as 'pack:2 numa:2 core:4 pu:1', or xml:PATH)",
-                desc);
+                origin, desc);
     return GRAFT_EINVAL;
   }
   return GRAFT_OK;
@@ -38,7 +38,7 @@ graft_status graft__topology_load(const graft__config *cfg, graft__topology **ou
     graft__msgf(msg, "hwloc_topology_init failed");
     return GRAFT_ENOMEM;
   }
-  st = setup(t, cfg->topology, msg);
+  st = setup(t, cfg->topology, cfg->topology_origin, msg);
   if (!st && hwloc_topology_load(t->topo) != 0) {
     graft__msgf(msg, "hwloc could not load the topology%s%s", cfg->topology ? " " : "",
                 cfg->topology ? cfg->topology : "");
