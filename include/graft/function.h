@@ -57,6 +57,9 @@ typedef struct graft_function_desc {
   int cache_capacity;             /* plans kept (LRU); 0 = 16 */
 } graft_function_desc;
 
+/* Parts whose work graft_plan_stats lists one by one. */
+#define GRAFT_STATS_MAX_PARTS 64
+
 /* Plan statistics of the most recently used plan. */
 typedef struct graft_plan_stats {
   int64_t nodes;          /* nodes traced (all graph nodes) */
@@ -68,8 +71,12 @@ typedef struct graft_plan_stats {
   int64_t load_bytes;     /* max live bytes over the compile order */
   int64_t bound_bytes;    /* parallel-safe lower bound */
   int64_t inplace;        /* values written over an input */
-  int64_t parts;          /* partition parts */
-  int64_t cut_bytes;      /* bytes crossing parts */
+  int64_t parts;          /* partition parts holding work */
+  int64_t cut_bytes;      /* bytes of values read in another part than written */
+  int64_t work;           /* estimated work of the plan (cost column units) */
+  int64_t part_work[GRAFT_STATS_MAX_PARTS]; /* estimated work per part */
+  int64_t steals;         /* tasks stolen during the last work-stealing call */
+  double imbalance;       /* max part work / mean part work over parts (1 = perfect) */
   int trace_count;        /* times the callback ran */
   int plan_count;         /* plans currently cached */
   double compile_us;      /* time to compile this plan */

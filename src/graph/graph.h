@@ -114,6 +114,8 @@ typedef struct graft__op_info {
   int arity;
   graft__shape_fn shape;
   unsigned flags;
+  int cost;        /* work per element */
+  int tile;        /* enum graft__tile_kind */
 } graft__op_info;
 
 extern const graft__op_info graft__ops[GRAFT__OP_COUNT];

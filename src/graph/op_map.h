@@ -1,11 +1,17 @@
 /* graft internal: THE op list.  Every op is named once, here.
  *
- * X(ENUM, name, arity, shape_rule, flags)
+ * X(ENUM, name, arity, shape_rule, flags, cost, tile)
  *   ENUM        GRAFT__OP_<ENUM>
  *   name        the public name (graft_<name>), used in messages and DOT
  *   arity       number of data inputs; -1 = variadic (concat)
  *   shape_rule  a graft__shape_<rule> function of shape.c
  *   flags       GRAFT__OPF_* below
+ *   cost        relative work per element (matmul: per multiply-add), for
+ *               the partitioner's balance and the tiler's grain
+ *   tile        how the scheduler may split the op's units into tiles:
+ *               UNITS any split (elementwise, shape ops, reductions by output
+ *               element, softmax rows); GEMM row blocks cut only at
+ *               graft__matmul_align points; ONE never split
  *
  * src/kernels/ and (later) src/grad/ expand this list into their own tables,
  * each checked against GRAFT__OP_COUNT at compile time.
@@ -29,69 +35,72 @@
 /* Output is f32/f64 only even if it has no float input. */
 #define GRAFT__OPF_FLOAT 0x40u
 
+/* Tiling kinds (the tile column). */
+enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
+
 #define GRAFT_OP_MAP(X)                                                           \
   /* leaves */                                                                    \
-  X(INPUT, "input", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_EXTERNAL | GRAFT__OPF_INT) \
-  X(VAR_READ, "read", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_EXTERNAL | GRAFT__OPF_INT) \
-  X(CONST, "constant", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_INT)                 \
-  X(FILL, "fill", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_INT)                      \
+  X(INPUT, "input", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_EXTERNAL | GRAFT__OPF_INT, 0, ONE) \
+  X(VAR_READ, "read", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_EXTERNAL | GRAFT__OPF_INT, 0, ONE) \
+  X(CONST, "constant", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_INT, 1, UNITS)                 \
+  X(FILL, "fill", 0, leaf, GRAFT__OPF_LEAF | GRAFT__OPF_INT, 1, UNITS)                      \
   /* elementwise unary */                                                         \
-  X(NEG, "neg", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                   \
-  X(SQUARE, "square", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)             \
-  X(SQRT, "sqrt", 1, unary, GRAFT__OPF_ELEMWISE)                                  \
-  X(EXP, "exp", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
-  X(LOG, "log", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
-  X(LOG1P, "log1p", 1, unary, GRAFT__OPF_ELEMWISE)                                \
-  X(TANH, "tanh", 1, unary, GRAFT__OPF_ELEMWISE)                                  \
-  X(SIGMOID, "sigmoid", 1, unary, GRAFT__OPF_ELEMWISE)                            \
-  X(RELU, "relu", 1, unary, GRAFT__OPF_ELEMWISE)                                  \
-  X(ABS, "abs", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                   \
-  X(SIGN, "sign", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                 \
-  X(SIN, "sin", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
-  X(COS, "cos", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
-  X(TAN, "tan", 1, unary, GRAFT__OPF_ELEMWISE)                                    \
-  X(LGAMMA, "lgamma", 1, unary, GRAFT__OPF_ELEMWISE)                              \
-  X(DIGAMMA, "digamma", 1, unary, GRAFT__OPF_ELEMWISE)                            \
-  X(POLYGAMMA, "polygamma", 1, unary, GRAFT__OPF_ELEMWISE)                        \
-  X(STOP_GRADIENT, "stop_gradient", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT) \
-  X(CAST, "cast", 1, cast, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
+  X(NEG, "neg", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                   \
+  X(SQUARE, "square", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)             \
+  X(SQRT, "sqrt", 1, unary, GRAFT__OPF_ELEMWISE, 4, UNITS)                                  \
+  X(EXP, "exp", 1, unary, GRAFT__OPF_ELEMWISE, 8, UNITS)                                    \
+  X(LOG, "log", 1, unary, GRAFT__OPF_ELEMWISE, 8, UNITS)                                    \
+  X(LOG1P, "log1p", 1, unary, GRAFT__OPF_ELEMWISE, 8, UNITS)                                \
+  X(TANH, "tanh", 1, unary, GRAFT__OPF_ELEMWISE, 8, UNITS)                                  \
+  X(SIGMOID, "sigmoid", 1, unary, GRAFT__OPF_ELEMWISE, 8, UNITS)                            \
+  X(RELU, "relu", 1, unary, GRAFT__OPF_ELEMWISE, 1, UNITS)                                  \
+  X(ABS, "abs", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                   \
+  X(SIGN, "sign", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                 \
+  X(SIN, "sin", 1, unary, GRAFT__OPF_ELEMWISE, 8, UNITS)                                    \
+  X(COS, "cos", 1, unary, GRAFT__OPF_ELEMWISE, 8, UNITS)                                    \
+  X(TAN, "tan", 1, unary, GRAFT__OPF_ELEMWISE, 10, UNITS)                                    \
+  X(LGAMMA, "lgamma", 1, unary, GRAFT__OPF_ELEMWISE, 40, UNITS)                              \
+  X(DIGAMMA, "digamma", 1, unary, GRAFT__OPF_ELEMWISE, 40, UNITS)                            \
+  X(POLYGAMMA, "polygamma", 1, unary, GRAFT__OPF_ELEMWISE, 60, UNITS)                        \
+  X(STOP_GRADIENT, "stop_gradient", 1, unary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS) \
+  X(CAST, "cast", 1, cast, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                  \
   /* elementwise binary, broadcasting */                                          \
-  X(ADD, "add", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
-  X(SUB, "sub", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
-  X(MUL, "mul", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                  \
-  X(DIV, "div", 2, binary, GRAFT__OPF_ELEMWISE)                                   \
-  X(POW, "pow", 2, binary, GRAFT__OPF_ELEMWISE)                                   \
-  X(MAXIMUM, "maximum", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)          \
-  X(MINIMUM, "minimum", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)          \
-  X(GREATER, "greater", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)          \
-  X(LESS, "less", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)                \
-  X(EQUAL, "equal", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)              \
-  X(WHERE, "where", 3, where, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT)               \
+  X(ADD, "add", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                  \
+  X(SUB, "sub", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                  \
+  X(MUL, "mul", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                  \
+  X(DIV, "div", 2, binary, GRAFT__OPF_ELEMWISE, 2, UNITS)                                   \
+  X(POW, "pow", 2, binary, GRAFT__OPF_ELEMWISE, 12, UNITS)                                   \
+  X(MAXIMUM, "maximum", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)          \
+  X(MINIMUM, "minimum", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)          \
+  X(GREATER, "greater", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)          \
+  X(LESS, "less", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                \
+  X(EQUAL, "equal", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)              \
+  X(WHERE, "where", 3, where, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)               \
   /* reductions */                                                                \
-  X(REDUCE_SUM, "reduce_sum", 1, reduce, GRAFT__OPF_INT)                          \
-  X(REDUCE_MEAN, "reduce_mean", 1, reduce, 0)                                     \
-  X(REDUCE_MAX, "reduce_max", 1, reduce, GRAFT__OPF_INT)                          \
-  X(REDUCE_PROD, "reduce_prod", 1, reduce, GRAFT__OPF_INT)                        \
-  X(LOGSUMEXP, "logsumexp", 1, reduce, 0)                                         \
+  X(REDUCE_SUM, "reduce_sum", 1, reduce, GRAFT__OPF_INT, 1, UNITS)                          \
+  X(REDUCE_MEAN, "reduce_mean", 1, reduce, 0, 1, UNITS)                                     \
+  X(REDUCE_MAX, "reduce_max", 1, reduce, GRAFT__OPF_INT, 1, UNITS)                          \
+  X(REDUCE_PROD, "reduce_prod", 1, reduce, GRAFT__OPF_INT, 1, UNITS)                        \
+  X(LOGSUMEXP, "logsumexp", 1, reduce, 0, 8, UNITS)                                         \
   /* linear algebra */                                                            \
-  X(MATMUL, "matmul", 2, matmul, 0)                                               \
+  X(MATMUL, "matmul", 2, matmul, 0, 1, GEMM)                                               \
   /* shape ops */                                                                 \
-  X(TRANSPOSE, "transpose", 1, transpose, GRAFT__OPF_INT)                         \
-  X(RESHAPE, "reshape", 1, reshape, GRAFT__OPF_INT)                               \
-  X(BROADCAST_TO, "broadcast_to", 1, broadcast_to, GRAFT__OPF_INT)                \
-  X(SUM_TO_SHAPE, "sum_to_shape", 1, sum_to_shape, GRAFT__OPF_INT)                \
-  X(SLICE, "slice", 1, slice, GRAFT__OPF_INT)                                     \
-  X(CONCAT, "concat", -1, concat, GRAFT__OPF_INT)                                 \
-  X(ONE_HOT, "one_hot", 1, one_hot, GRAFT__OPF_INT | GRAFT__OPF_FLOAT)            \
+  X(TRANSPOSE, "transpose", 1, transpose, GRAFT__OPF_INT, 1, UNITS)                         \
+  X(RESHAPE, "reshape", 1, reshape, GRAFT__OPF_INT, 1, UNITS)                               \
+  X(BROADCAST_TO, "broadcast_to", 1, broadcast_to, GRAFT__OPF_INT, 1, UNITS)                \
+  X(SUM_TO_SHAPE, "sum_to_shape", 1, sum_to_shape, GRAFT__OPF_INT, 1, UNITS)                \
+  X(SLICE, "slice", 1, slice, GRAFT__OPF_INT, 1, UNITS)                                     \
+  X(CONCAT, "concat", -1, concat, GRAFT__OPF_INT, 1, UNITS)                                 \
+  X(ONE_HOT, "one_hot", 1, one_hot, GRAFT__OPF_INT | GRAFT__OPF_FLOAT, 1, UNITS)            \
   /* neural-network ops */                                                        \
-  X(SOFTMAX, "softmax", 1, softmax, 0)                                            \
-  X(LOG_SOFTMAX, "log_softmax", 1, softmax, 0)                                    \
-  X(SOFTMAX_XENT, "softmax_cross_entropy", 2, xent, GRAFT__OPF_FALLIBLE)          \
+  X(SOFTMAX, "softmax", 1, softmax, 0, 10, UNITS)                                            \
+  X(LOG_SOFTMAX, "log_softmax", 1, softmax, 0, 10, UNITS)                                    \
+  X(SOFTMAX_XENT, "softmax_cross_entropy", 2, xent, GRAFT__OPF_FALLIBLE, 10, ONE)          \
   /* side effects */                                                              \
-  X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_INT)
+  X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_INT, 1, UNITS)
 
 typedef enum graft__op {
-#define GRAFT__OP_ENUM_(e, name, arity, rule, flags) GRAFT__OP_##e,
+#define GRAFT__OP_ENUM_(e, name, arity, rule, flags, cost, tile) GRAFT__OP_##e,
   GRAFT_OP_MAP(GRAFT__OP_ENUM_)
 #undef GRAFT__OP_ENUM_
   GRAFT__OP_COUNT

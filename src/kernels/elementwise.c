@@ -334,7 +334,7 @@ static inline int32_t mul_i32(int32_t a, int32_t b) { return wrap_i32((uint32_t)
   DEF_UNARY(ENUM##_f32, float, float, F32)                                 \
   DEF_UNARY(ENUM##_f64, double, double, F64)                               \
   graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
-    graft_status s = check_args(k, 0, 1, begin, end);                                \
+    graft_status s = check_args(k, 0, 1, begin, end);                       \
     if (s != GRAFT_OK)                                                     \
       return s;                                                            \
     if (begin >= end)                                                      \
@@ -352,7 +352,7 @@ static inline int32_t mul_i32(int32_t a, int32_t b) { return wrap_i32((uint32_t)
   DEF_UNARY(ENUM##_f64, double, double, F64)                               \
   DEF_UNARY(ENUM##_i32, int32_t, int32_t, I32)                             \
   graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
-    graft_status s = check_args(k, 0, 1, begin, end);                                \
+    graft_status s = check_args(k, 0, 1, begin, end);                       \
     if (s != GRAFT_OK)                                                     \
       return s;                                                            \
     if (begin >= end)                                                      \
@@ -370,7 +370,7 @@ static inline int32_t mul_i32(int32_t a, int32_t b) { return wrap_i32((uint32_t)
   DEF_BINARY(ENUM##_f32, float, F32)                                       \
   DEF_BINARY(ENUM##_f64, double, F64)                                      \
   graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
-    graft_status s = check_args(k, 0, 2, begin, end);                                \
+    graft_status s = check_args(k, 0, 2, begin, end);                       \
     if (s != GRAFT_OK)                                                     \
       return s;                                                            \
     if (begin >= end)                                                      \
@@ -388,7 +388,7 @@ static inline int32_t mul_i32(int32_t a, int32_t b) { return wrap_i32((uint32_t)
   DEF_BINARY(ENUM##_f64, double, F64)                                      \
   DEF_BINARY(ENUM##_i32, int32_t, I32)                                     \
   graft_status graft__k_##ENUM(const graft__kargs *k, int64_t begin, int64_t end) { \
-    graft_status s = check_args(k, 0, 2, begin, end);                                \
+    graft_status s = check_args(k, 0, 2, begin, end);                       \
     if (s != GRAFT_OK)                                                     \
       return s;                                                            \
     if (begin >= end)                                                      \
@@ -499,11 +499,18 @@ graft_status graft__k_CAST(const graft__kargs *k, int64_t begin, int64_t end) {
   graft_status s = graft__kernel_check_units(k, begin, end, k->out->numel);
   if (s != GRAFT_OK)
     return s;
-  /* 3x3 table indexed by (from, to); the enum values are 0..2. */
+  /* Indexed by (from, to); dtype_size() has ruled out values outside the
+   * enum. */
   static void (*const table[3][3])(const graft__kargs *, int64_t, int64_t) = {
-    [GRAFT_F32] = {[GRAFT_F32] = cast_f32_f32, [GRAFT_F64] = cast_f32_f64, [GRAFT_I32] = cast_f32_i32},
-    [GRAFT_F64] = {[GRAFT_F32] = cast_f64_f32, [GRAFT_F64] = cast_f64_f64, [GRAFT_I32] = cast_f64_i32},
-    [GRAFT_I32] = {[GRAFT_F32] = cast_i32_f32, [GRAFT_F64] = cast_i32_f64, [GRAFT_I32] = cast_i32_i32},
+    [GRAFT_F32] = {[GRAFT_F32] = cast_f32_f32,
+                   [GRAFT_F64] = cast_f32_f64,
+                   [GRAFT_I32] = cast_f32_i32},
+    [GRAFT_F64] = {[GRAFT_F32] = cast_f64_f32,
+                   [GRAFT_F64] = cast_f64_f64,
+                   [GRAFT_I32] = cast_f64_i32},
+    [GRAFT_I32] = {[GRAFT_F32] = cast_i32_f32,
+                   [GRAFT_F64] = cast_i32_f64,
+                   [GRAFT_I32] = cast_i32_i32},
   };
   table[from][to](k, begin, end);
   return GRAFT_OK;
@@ -545,11 +552,17 @@ graft_status graft__k_WHERE(const graft__kargs *k, int64_t begin, int64_t end) {
     return bad_dtype(k);
   if (begin >= end)
     return GRAFT_OK;
-  /* Indexed by (condition dtype, value dtype). */
+  /* Indexed by (condition dtype, value dtype), both checked above. */
   static void (*const table[3][3])(const graft__kargs *, int64_t, int64_t) = {
-    [GRAFT_F32] = {[GRAFT_F32] = where_f32_f32, [GRAFT_F64] = where_f32_f64, [GRAFT_I32] = where_f32_i32},
-    [GRAFT_F64] = {[GRAFT_F32] = where_f64_f32, [GRAFT_F64] = where_f64_f64, [GRAFT_I32] = where_f64_i32},
-    [GRAFT_I32] = {[GRAFT_F32] = where_i32_f32, [GRAFT_F64] = where_i32_f64, [GRAFT_I32] = where_i32_i32},
+    [GRAFT_F32] = {[GRAFT_F32] = where_f32_f32,
+                   [GRAFT_F64] = where_f32_f64,
+                   [GRAFT_I32] = where_f32_i32},
+    [GRAFT_F64] = {[GRAFT_F32] = where_f64_f32,
+                   [GRAFT_F64] = where_f64_f64,
+                   [GRAFT_I32] = where_f64_i32},
+    [GRAFT_I32] = {[GRAFT_F32] = where_i32_f32,
+                   [GRAFT_F64] = where_i32_f64,
+                   [GRAFT_I32] = where_i32_i32},
   };
   table[cond][val](k, begin, end);
   return GRAFT_OK;

@@ -22,13 +22,13 @@
 #define HAS_NO_KERNEL(e) SECOND(HAS_NO_KERNEL_##e, 0, ~)
 
 /* The list above must be exactly the GRAFT__OPF_EXTERNAL ops. */
-#define CHECK_EXTERNAL_(e, name, arity, rule, flags)                          \
+#define CHECK_EXTERNAL_(e, name, arity, rule, flags, cost, tile)                          \
   _Static_assert((((flags) & GRAFT__OPF_EXTERNAL) != 0) == HAS_NO_KERNEL(e), \
                  "op '" name "': GRAFT__OPF_EXTERNAL and kernel_table.c's no-kernel list disagree");
 GRAFT_OP_MAP(CHECK_EXTERNAL_)
 #undef CHECK_EXTERNAL_
 
-#define KERNEL_ENTRY_(e, name, arity, rule, flags) {.run = KERNEL_FN(e)},
+#define KERNEL_ENTRY_(e, name, arity, rule, flags, cost, tile) {.run = KERNEL_FN(e)},
 /* Sized by its initializer: a row missing here conflicts with the declared
  * size instead of leaving a silent NULL. */
 const graft__kernel_info graft__kernels[] = {GRAFT_OP_MAP(KERNEL_ENTRY_)};
@@ -51,7 +51,7 @@ enum units_rule {
 #define UNITS_RULE_SOFTMAX ~, UNITS_LANES
 #define UNITS_RULE_LOG_SOFTMAX ~, UNITS_LANES
 #define UNITS_RULE_SOFTMAX_XENT ~, UNITS_ONE
-#define UNITS_ENTRY_(e, name, arity, rule, flags) \
+#define UNITS_ENTRY_(e, name, arity, rule, flags, cost, tile) \
   SECOND(UNITS_RULE_##e, ((flags) & GRAFT__OPF_EXTERNAL ? UNITS_NONE : UNITS_NUMEL), ~),
 static const unsigned char units_rule[] = {GRAFT_OP_MAP(UNITS_ENTRY_)};
 #undef UNITS_ENTRY_

@@ -49,7 +49,7 @@ extern const graft__kernel_info graft__kernels[GRAFT__OP_COUNT];
 int64_t graft__kernel_units(const graft__kargs *k);
 
 /* Kernels, one per op row (GRAFT_OP_MAP), named graft__k_<ENUM>. */
-#define GRAFT__K_DECL_(e, name, arity, rule, flags) \
+#define GRAFT__K_DECL_(e, name, arity, rule, flags, cost, tile) \
   graft_status graft__k_##e(const graft__kargs *k, int64_t begin, int64_t end);
 GRAFT_OP_MAP(GRAFT__K_DECL_)
 #undef GRAFT__K_DECL_

@@ -49,10 +49,16 @@ double graft__special_lgamma(double x) {
   return lgamma_r(x, &sign);
 }
 
-/* cot(pi x) for non-integer x; x - nearbyint(x) is exact, so the argument
- * of tan keeps full relative precision for any |x|. */
+/* cot(pi x) for non-integer x.  r = x - nearbyint(x) is exact, so the
+ * result keeps full relative precision for any |x|; for |r| > 1/4 the
+ * identity cot(pi r) = tan(pi (1/2 - r)) avoids tan near pi/2, where the
+ * rounding of pi/2 alone would leave an absolute error of ~1e-16 that
+ * polygamma's reflection multiplies by pi^(n+1) Q_n'(0). */
 static double cot_pi(double x) {
   double r = x - nearbyint(x);
+  double a = fabs(r);
+  if (a > 0.25)
+    return copysign(tan(PI * (0.5 - a)), r);
   return 1.0 / tan(PI * r);
 }
 

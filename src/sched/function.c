@@ -313,7 +313,8 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
     }
   }
   graft__plan *p;
-  graft_status st = graft__plan_compile(g, in, &p, f->msg);
+  graft__plan_opts po = {f->rt->cfg.grain, graft__runtime_parts(f->rt)};
+  graft_status st = graft__plan_compile(g, in, &po, &p, f->msg);
   if (st) return st;
   sigkey copy = {graft__malloc((size_t)(key->len ? key->len : 1) * sizeof *copy.v), key->len};
   if (!copy.v) {
@@ -426,12 +427,9 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
 
 static graft_status execute(graft_function *f, graft__plan *p) {
   switch (f->rt->cfg.sched) {
-  case GRAFT__SCHED_SEQ:
-  case GRAFT__SCHED_WS:
-  case GRAFT__SCHED_OMP:
-    /* The parallel schedulers arrive with the scheduler issue; until then
-     * every mode runs the reference executor. */
-    return graft__exec_seq(p, f->msg);
+  case GRAFT__SCHED_SEQ: return graft__exec_seq(p, f->msg);
+  case GRAFT__SCHED_WS: return graft__exec_ws(p, f->rt, f->msg);
+  case GRAFT__SCHED_OMP: return graft__exec_omp(p, f->rt, f->msg);
   }
   return GRAFT_EINTERNAL;
 }
@@ -505,3 +503,6 @@ GRAFT_API graft_status graft_function_write_dot(graft_function *f, FILE *to) {
   if (!f->last_graph) return GRAFT_EMISUSE;
   return graft__graph_write_dot(f->last_graph, to);
 }
+
+/* For tests: the plan of the last successful call (NULL before one). */
+const graft__plan *graft__function_plan(const graft_function *f) { return f ? f->last_plan : NULL; }

@@ -17,6 +17,16 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->binding);
   graft__free(p->offset);
   graft__free(p->arena);
+  graft__free(p->succ_off);
+  graft__free(p->succ);
+  graft__free(p->pred_off);
+  graft__free(p->pred);
+  graft__free(p->npred);
+  graft__free(p->work);
+  graft__free(p->tiling);
+  graft__free(p->part);
+  graft__free(p->sources);
+  graft__exec_state_destroy(p->ws);
   graft__free(p);
 }
 
@@ -124,6 +134,66 @@ static graft_status layout(graft__plan *p) {
   return GRAFT_OK;
 }
 
+/* Successor lists over order positions, and each node's count of distinct
+ * compute predecessors (a node reading one value twice waits for it once). */
+static graft_status link(graft__plan *p) {
+  const graft__graph *g = p->g;
+  uint32_t n = p->n_order;
+  uint32_t *pos = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
+  p->succ_off = graft__calloc((size_t)n + 1, sizeof *p->succ_off);
+  p->npred = graft__calloc(n ? n : 1, sizeof *p->npred);
+  if (!pos || !p->succ_off || !p->npred) goto nomem;
+  for (uint32_t id = 0; id < g->n_nodes; id++) pos[id] = UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++) pos[p->order[i]] = i;
+  /* Count, then fill; duplicates are skipped by checking earlier inputs. */
+  for (int pass = 0; pass < 2; pass++) {
+    uint32_t *fill = NULL;
+    if (pass == 1) {
+      for (uint32_t i = 0; i < n; i++) p->succ_off[i + 1] += p->succ_off[i];
+      p->succ = graft__malloc((size_t)(p->succ_off[n] ? p->succ_off[n] : 1) * sizeof *p->succ);
+      fill = graft__malloc((n ? n : 1) * sizeof *fill);
+      if (!p->succ || !fill) {
+        graft__free(fill);
+        goto nomem;
+      }
+      memcpy(fill, p->succ_off, (n ? n : 1) * sizeof *fill);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      const graft__node *nd = graft__graph_node(g, p->order[i]);
+      for (int j = 0; j < nd->n_in; j++) {
+        uint32_t u = pos[nd->in[j]];
+        int dup = 0;
+        for (int k = 0; k < j && !dup; k++) dup = nd->in[k] == nd->in[j];
+        if (u == UINT32_MAX || dup) continue;
+        if (pass == 0) {
+          p->succ_off[u + 1]++;
+          p->npred[i]++;
+        } else {
+          p->succ[fill[u]++] = i;
+        }
+      }
+    }
+    graft__free(fill);
+  }
+  graft__free(pos);
+  /* Predecessor lists: the transpose, for the OpenMP-task baseline. */
+  p->pred_off = graft__calloc((size_t)n + 1, sizeof *p->pred_off);
+  p->pred = graft__malloc((size_t)(p->succ_off[n] ? p->succ_off[n] : 1) * sizeof *p->pred);
+  if (!p->pred_off || !p->pred) return GRAFT_ENOMEM;
+  for (uint32_t i = 0; i < n; i++) p->pred_off[i + 1] = p->pred_off[i] + (uint32_t)p->npred[i];
+  for (uint32_t u = 0; u < n; u++)
+    for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++) {
+      uint32_t v = p->succ[e];
+      p->pred[p->pred_off[v + 1] - (uint32_t)p->npred[v]] = u; /* filled back to front below */
+      p->npred[v]--;
+    }
+  for (uint32_t i = 0; i < n; i++) p->npred[i] = (int32_t)(p->pred_off[i + 1] - p->pred_off[i]);
+  return GRAFT_OK;
+nomem:
+  graft__free(pos);
+  return GRAFT_ENOMEM;
+}
+
 static void fill_stats(graft__plan *p) {
   const graft__graph *g = p->g;
   graft_plan_stats *s = &p->stats;
@@ -132,7 +202,7 @@ static void fill_stats(graft__plan *p) {
   s->nodes = g->n_nodes;
   s->live_nodes = live;
   s->pruned_nodes = (int64_t)g->n_nodes - live;
-  s->tiles = p->n_order;
+  s->tiles = p->n_tasks;
   s->arena_bytes = (int64_t)p->arena_bytes;
   s->naive_bytes = (int64_t)p->arena_bytes;
   /* LOAD over the compile order: a value is live from its writer to its last
@@ -164,11 +234,10 @@ static void fill_stats(graft__plan *p) {
     graft__free(last);
   }
   s->bound_bytes = s->load_bytes;
-  s->parts = 1;
 }
 
-graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in, graft__plan **out,
-                                 char *msg) {
+graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
+                                 const graft__plan_opts *opts, graft__plan **out, char *msg) {
   *out = NULL;
   double t0 = graft__now_us();
   graft__plan *p = graft__calloc(1, sizeof *p);
@@ -192,7 +261,9 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
     graft__plan_destroy(p);
     return st;
   }
-  if (layout(p)) goto nomem;
+  if (layout(p) || link(p) || graft__plan_tile(p, opts->grain) ||
+      graft__plan_partition(p, opts->n_parts))
+    goto nomem;
   fill_stats(p);
   p->stats.compile_us = graft__now_us() - t0;
   *out = p;

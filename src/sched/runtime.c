@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/kernels_int.h"
+#include "sched/chrome.h"
 #include "sched/sched.h"
 
 GRAFT_API void graft_runtime_opts_init(graft_runtime_opts *opts) {
@@ -27,17 +28,24 @@ static const char *blas_name(void) {
 
 GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t len) {
   if (!rt) return snprintf(buf, len, "(null runtime)");
-  graft__level lvl = rt->cfg.partition == GRAFT__LEVEL_AUTO ? graft__topology_auto_level(rt->topo)
-                                                            : rt->cfg.partition;
   return snprintf(buf, len,
                   "threads=%d sched=%s partition=%s(%s) domains=%d pus=%d topology=%s bind=%s "
-                  "grain=%lld blas=%s trace=%s executor=seq",
+                  "grain=%lld blas=%s trace=%s",
                   rt->num_threads, graft__sched_name(rt->cfg.sched),
-                  graft__level_name(rt->cfg.partition), graft__level_name(lvl),
-                  graft__topology_domains(rt->topo, lvl), graft__topology_pus(rt->topo),
+                  graft__level_name(rt->cfg.partition), graft__level_name(rt->level),
+                  rt->n_domains, graft__topology_pus(rt->topo),
                   graft__topology_source(rt->topo), resolved_bind(rt) ? "true" : "false",
                   (long long)rt->cfg.grain, blas_name(),
                   rt->cfg.trace_path ? rt->cfg.trace_path : "off");
+}
+
+int graft__runtime_parts(const graft_runtime *rt) {
+  return rt->n_domains < rt->num_threads ? rt->n_domains : rt->num_threads;
+}
+
+void graft__topology_bind_worker(const graft_runtime *rt, int w, int n) {
+  (void)n;
+  if (resolved_bind(rt)) graft__topology_bind(rt->topo, w);
 }
 
 GRAFT_API int graft_runtime_num_threads(const graft_runtime *rt) { return rt ? rt->num_threads : 0; }
@@ -86,6 +94,15 @@ GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, g
   if (!rt->num_threads) rt->num_threads = omp_get_max_threads();
   if (rt->num_threads < 1) rt->num_threads = graft__topology_pus(rt->topo);
   if (rt->cfg.sched == GRAFT__SCHED_SEQ) rt->num_threads = 1;
+  rt->level = rt->cfg.partition == GRAFT__LEVEL_AUTO ? graft__topology_auto_level(rt->topo)
+                                                     : rt->cfg.partition;
+  rt->n_domains = graft__topology_domains(rt->topo, rt->level);
+  if (rt->cfg.trace_path && graft__chrome_open(rt->cfg.trace_path, &rt->trace, msg)) {
+    st = GRAFT_EIO;
+    graft_runtime_destroy(rt);
+    rt = NULL;
+    goto done;
+  }
   graft__blas_init();
   if (rt->cfg.display_env) display(rt);
   *out = rt;
@@ -100,6 +117,7 @@ GRAFT_API graft_status graft_runtime_create(const graft_runtime_opts *opts, graf
 
 GRAFT_API void graft_runtime_destroy(graft_runtime *rt) {
   if (!rt) return;
+  graft__chrome_close(rt->trace);
   graft__topology_destroy(rt->topo);
   graft__config_free(&rt->cfg);
   graft__free(rt);

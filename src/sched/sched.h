@@ -13,6 +13,17 @@
 #include "graph/graph.h"
 #include "kernels/kernels.h"
 
+/* How a node's units split into tiles: segments of seg units (matmul: one
+ * batch's rows) cut every len units; when len > seg, tiles hold len / seg
+ * whole segments.  Depends only on shapes and the grain. */
+typedef struct graft__tiling {
+  int64_t units, seg, len;
+  int32_t per_seg;          /* tiles per segment when len <= seg, else 0 */
+  int32_t n;                /* tiles */
+} graft__tiling;
+
+struct graft__exec_state;
+
 typedef struct graft__plan {
   const graft__graph *g;
   uint8_t *live;            /* per graph node */
@@ -27,17 +38,73 @@ typedef struct graft__plan {
   size_t arena_bytes;
   int fallible;             /* holds a node that may fail on data */
   graft_plan_stats stats;
+
+  /* Scheduling view, indexed by position i in order[] (compute nodes):
+   * successors as CSR over order positions, distinct compute predecessors,
+   * work, tiles, and the partition part. */
+  uint32_t *succ_off;       /* n_order + 1 */
+  uint32_t *succ;
+  int32_t *npred;
+  uint32_t *pred_off;       /* n_order + 1: the transpose of succ */
+  uint32_t *pred;
+  int64_t *work;
+  graft__tiling *tiling;
+  uint16_t *part;
+  int n_parts;
+  uint32_t *sources;        /* order positions with npred 0, grouped by part */
+  uint32_t n_sources;
+  int64_t n_tasks;          /* sum of tiles */
+  struct graft__exec_state *ws; /* lazily built work-stealing state */
 } graft__plan;
+
+/* Compile-time inputs from the runtime. */
+typedef struct graft__plan_opts {
+  int64_t grain;            /* elements per tile */
+  int n_parts;              /* partition parts (domains with workers) */
+} graft__plan_opts;
 
 /* Compile g for the concrete inputs in[] (already checked against g's input
  * count, dtypes and ranks).  On failure *out is NULL and msg tells why. */
 graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
-                                 graft__plan **out, char *msg);
+                                 const graft__plan_opts *opts, graft__plan **out, char *msg);
+
+/* ---- tiles (tiles.c) ------------------------------------------------------ */
+/* Work estimate of order position i (cost column x elements or MACs). */
+int64_t graft__plan_node_work(const graft__plan *p, uint32_t i);
+/* Fill p->tiling, p->work and p->n_tasks for the grain. */
+graft_status graft__plan_tile(graft__plan *p, int64_t grain);
+/* Units [*b, *e) of tile t. */
+static inline void graft__tile_range(const graft__tiling *tl, int64_t t, int64_t *b, int64_t *e) {
+  if (tl->per_seg) {
+    int64_t s = t / tl->per_seg, j = t % tl->per_seg;
+    *b = s * tl->seg + j * tl->len;
+    *e = s * tl->seg + GRAFT__MIN(tl->seg, (j + 1) * tl->len);
+  } else {
+    *b = t * tl->len;
+    *e = GRAFT__MIN(tl->units, (t + 1) * tl->len);
+  }
+}
+
+/* ---- partition (partition.c) ---------------------------------------------- */
+/* Split the compute nodes into p->n_parts parts (p->part), balancing work
+ * and keeping chains whole; fill the partition stats. */
+graft_status graft__plan_partition(graft__plan *p, int n_parts);
 void graft__plan_destroy(graft__plan *p);
 
 /* Run the plan's compute nodes one after another on the calling thread.
  * The caller has bound the data pointers of external views. */
 graft_status graft__exec_seq(graft__plan *p, char *msg);
+
+/* Run the plan on the runtime's work-stealing team (falls back to the
+ * calling thread inside an active OpenMP region). */
+graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg);
+/* Baseline: OpenMP tasks with depend clauses over the same nodes and tiles. */
+graft_status graft__exec_omp(graft__plan *p, const graft_runtime *rt, char *msg);
+void graft__exec_state_destroy(struct graft__exec_state *s);
+
+/* Test-only fault injection: when set, called before every tile; a non-OK
+ * return fails that tile.  Not thread-safe to change during a call. */
+extern graft_status (*graft__exec_fault_hook)(uint32_t node, int64_t tile);
 
 /* Format a kernel failure "<op>: <reason> (op #<id> in trace '<name>')". */
 void graft__exec_fail_msg(const graft__plan *p, uint32_t id, const char *reason, char *msg);
@@ -48,7 +115,23 @@ struct graft_runtime {
   graft__config cfg;
   int num_threads;
   graft__topology *topo;
+  graft__level level;       /* resolved partition level */
+  int n_domains;            /* domains at that level */
+  struct graft__chrome *trace; /* GRAFT_TRACE output, or NULL */
 };
+
+/* Bind the calling thread (worker w of n) to its PU when binding is on. */
+void graft__topology_bind_worker(const graft_runtime *rt, int w, int n);
+/* Parts a plan is partitioned into: domains that get at least one worker. */
+int graft__runtime_parts(const graft_runtime *rt);
+/* Domain of worker w of a team of n. */
+static inline int graft__runtime_worker_domain(const graft_runtime *rt, int w, int n) {
+  int parts = rt->n_domains < n ? rt->n_domains : n;
+  return (int)((int64_t)w * parts / n);
+}
+
+/* For tests: the plan of f's last successful call, or NULL. */
+const graft__plan *graft__function_plan(const graft_function *f);
 
 /* ---- topology (hwloc) ----------------------------------------------------- */
 /* Load the topology cfg names (or this machine).  msg on failure. */
@@ -59,6 +142,8 @@ int graft__topology_domains(const graft__topology *t, graft__level level);
 int graft__topology_is_this_system(const graft__topology *t);
 /* The level "auto" resolves to: NUMA if several, else L3 if several, else none. */
 graft__level graft__topology_auto_level(const graft__topology *t);
+/* Bind the calling thread to usable PU number w (mod the PU count). */
+void graft__topology_bind(const graft__topology *t, int w);
 /* A short description "synthetic:pack:2 ..." or "this machine". */
 const char *graft__topology_source(const graft__topology *t);
 

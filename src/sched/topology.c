@@ -110,3 +110,25 @@ graft__level graft__topology_auto_level(const graft__topology *t) {
 int graft__topology_is_this_system(const graft__topology *t) { return t->this_system; }
 
 const char *graft__topology_source(const graft__topology *t) { return t->source; }
+
+/* Bind the calling thread to the w-th usable PU (modulo their count).  A
+ * thread remembers where it is bound, so a warm OpenMP pool pays the system
+ * call once. */
+void graft__topology_bind(const graft__topology *t, int w) {
+  static _Thread_local const graft__topology *bound_topo;
+  static _Thread_local int bound_pu = -1;
+  int n = graft__topology_pus(t), target = w % n, k = 0;
+  if (bound_topo == t && bound_pu == target) return;
+  for (int pu = hwloc_bitmap_first(t->usable); pu >= 0; pu = hwloc_bitmap_next(t->usable, pu), k++) {
+    if (k != target) continue;
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (!set) return;
+    hwloc_bitmap_only(set, (unsigned)pu);
+    if (hwloc_set_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD) == 0) {
+      bound_topo = t;
+      bound_pu = target;
+    }
+    hwloc_bitmap_free(set);
+    return;
+  }
+}

@@ -546,6 +546,7 @@ static graft_status sticky_cb(graft_trace *t, int n_in, graft_value *const *in, 
   graft_value *q = graft_reshape(t, in[0], 1, s);
   o->later_fail_poison = graft_value_is_poison(q);
   (void)graft_sqrt(t, graft_cast(t, in[0], GRAFT_I32));
+  (void)graft_trace_fail(t, GRAFT_EIO, "late user failure");
   o->status_after_all = graft_trace_status(t);
   snprintf(o->msg_after_all, sizeof o->msg_after_all, "%s", graft_trace_errmsg(t));
   out[0] = graft_relu(t, p);
@@ -571,6 +572,7 @@ static void test_graft_trace_status__sticky_first_error(void **state) {
   assert_string_equal(o.msg_after_all, o.msg_after_first);
   assert_null(strstr(o.msg_after_all, "reshape"));
   assert_null(strstr(o.msg_after_all, "sqrt"));
+  assert_null(strstr(o.msg_after_all, "late user failure"));
   assert_msg_has(graft_function_errmsg(f), "matmul");
   assert_msg_has(graft_function_errmsg(f), "[2,3]");
   assert_msg_has(graft_function_errmsg(f), "[4,5]");
@@ -663,6 +665,44 @@ static void test_graft_function_call__callback_leaves_output_null(void **state) 
   assert_msg_has(graft_function_errmsg(f), "half_done");
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
+}
+
+typedef struct reentry {
+  graft_function *self;
+  graft_tensor *x;
+  graft_status inner;
+  graft_tensor *inner_out;
+} reentry;
+
+static graft_status reentrant_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                 graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  reentry *r = user;
+  graft_tensor *ins[1] = {r->x};
+  r->inner_out = NULL;
+  r->inner = graft_function_call(r->self, 1, ins, 1, &r->inner_out);
+  out[0] = graft_neg(t, in[0]);
+  return GRAFT_OK;
+}
+
+/* A call of f from inside f's own trace callback is a concurrent use of
+ * one handle: GRAFT_EMISUSE, no deadlock, and the outer call goes on. */
+static void test_graft_function_call__reentrant_from_own_callback(void **state) {
+  (void)state;
+  const int64_t s[] = {2};
+  reentry r = {NULL, make_tensor(GRAFT_F64, 1, s, 3.0), GRAFT_OK, NULL};
+  r.self = make_function("reentrant", reentrant_cb, &r, 1, 1, NULL);
+  graft_tensor *in[1] = {r.x};
+  graft_tensor *out[1] = {NULL};
+  assert_status(graft_function_call(r.self, 1, in, 1, out), GRAFT_OK);
+  assert_status(r.inner, GRAFT_EMISUSE);
+  assert_null(r.inner_out);
+  const double want[] = {-3, -3};
+  tu_assert_close(out[0], want, 2, 0, 0);
+  assert_int_equal(graft_function_trace_count(r.self), 1);
+  graft_tensor_destroy(out[0]);
+  graft_function_destroy(r.self);
+  graft_tensor_destroy(r.x);
 }
 
 /* ---- graft_function_create ------------------------------------------- */
@@ -1334,6 +1374,7 @@ static const struct CMUnitTest fixed_tests[] = {
     cmocka_unit_test(test_graft_function_call__callback_returns_error),
     cmocka_unit_test(test_graft_function_call__op_error_beats_callback_status),
     cmocka_unit_test(test_graft_function_call__callback_leaves_output_null),
+    cmocka_unit_test(test_graft_function_call__reentrant_from_own_callback),
     cmocka_unit_test(test_graft_function_create__null_desc),
     cmocka_unit_test(test_graft_function_create__null_trace_callback),
     cmocka_unit_test(test_graft_function_create__zero_outputs),

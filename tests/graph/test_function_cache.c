@@ -217,6 +217,12 @@ static graft_status sym_cb(graft_trace *t, int n_in, graft_value *const *in, int
   o->reshape_rank_ok = graft_value_rank(out[1]) == 3;
   const int64_t *rs = graft_value_shape(out[1]);
   o->reshape_dim1 = rs ? rs[1] : 0;
+  /* out2 = flatten with an inferred dim: [4B] */
+  const int64_t flat[] = {-1};
+  out[2] = graft_reshape(t, in[0], 1, flat);
+  /* out3 = x + fill([B, 1], 0.5): a constant shaped by the symbol */
+  const int64_t fs[] = {sh ? sh[0] : 0, 1};
+  out[3] = graft_add(t, in[0], graft_fill(t, GRAFT_F64, 2, fs, 0.5));
   return GRAFT_OK;
 }
 
@@ -231,15 +237,15 @@ static void test_graft_function_call__symbolic_batch_dim_one_trace(void **state)
   sym_obs o;
   memset(&o, 0, sizeof o);
   graft_function_desc d = {.name = "sym_batch", .trace = sym_cb, .user = &o, .n_inputs = 1,
-                           .n_outputs = 2, .signature = &g_sig_batch4};
+                           .n_outputs = 4, .signature = &g_sig_batch4};
   graft_function *f = make_function_ex(&d);
   tu_rng rng = {0xabcULL};
   const int64_t batches[] = {3, 5, 3};
   for (int k = 0; k < 3; k++) {
     const int64_t B = batches[k], s[] = {B, 4};
     graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 2, s, -1, 1)};
-    graft_tensor *out[2] = {NULL, NULL};
-    assert_call_ok(f, 1, in, 2, out);
+    graft_tensor *out[4] = {NULL, NULL, NULL, NULL};
+    assert_call_ok(f, 1, in, 4, out);
     double colsum[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < B; i++)
       for (int j = 0; j < 4; j++) colsum[j] += tu_get(in[0], i * 4 + j);
@@ -248,7 +254,12 @@ static void test_graft_function_call__symbolic_batch_dim_one_trace(void **state)
     tu_assert_close(out[0], colsum, 4, 1e-14, 1e-14);
     assert_shape(out[1], 3, sr);
     for (int64_t i = 0; i < B * 4; i++) assert_true(tu_get(out[1], i) == tu_get(in[0], i));
-    destroy_outs(out, 2);
+    const int64_t sf[] = {4 * B};
+    assert_shape(out[2], 1, sf);
+    for (int64_t i = 0; i < B * 4; i++) assert_true(tu_get(out[2], i) == tu_get(in[0], i));
+    assert_shape(out[3], 2, s);
+    for (int64_t i = 0; i < B * 4; i++) assert_true(tu_get(out[3], i) == tu_get(in[0], i) + 0.5);
+    destroy_outs(out, 4);
     graft_tensor_destroy(in[0]);
   }
   assert_int_equal(graft_function_trace_count(f), 1);
@@ -648,6 +659,43 @@ static void test_graft_function_call__no_inputs_constant_output(void **state) {
   graft_function_destroy(f);
 }
 
+/* A chain of 3000 nodes: more than one chunk of graph nodes. */
+#define CHAIN 3000
+static graft_status chain_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                             graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *x = in[0];
+  graft_value *first = NULL;
+  for (int i = 0; i < CHAIN; i++) {
+    x = graft_add(t, x, graft_scalar(t, GRAFT_F64, 1.0));
+    if (i == 0) first = x;
+  }
+  out[0] = x;
+  out[1] = first; /* a value from the first chunk, still valid */
+  return GRAFT_OK;
+}
+
+static void test_graft_function_call__long_chain_crosses_node_chunks(void **state) {
+  (void)state;
+  graft_function *f = make_function("chain", chain_cb, NULL, 1, 2);
+  const int64_t s[] = {3};
+  const double x[] = {0.5, -1, 2};
+  graft_tensor *in[1] = {NULL};
+  assert_int_equal(graft_tensor_create(GRAFT_F64, 1, s, &in[0]), GRAFT_OK);
+  memcpy(graft_tensor_data(in[0]), x, sizeof x);
+  graft_tensor *out[2] = {NULL, NULL};
+  assert_call_ok(f, 1, in, 2, out);
+  const double want[] = {0.5 + CHAIN, -1 + CHAIN, 2 + CHAIN}, want1[] = {1.5, 0, 3};
+  tu_assert_close(out[0], want, 3, 0, 0);
+  tu_assert_close(out[1], want1, 3, 0, 0);
+  destroy_outs(out, 2);
+  graft_plan_stats st;
+  assert_int_equal(graft_function_stats(f, &st), GRAFT_OK);
+  assert_true(st.nodes >= 2 * CHAIN);
+  graft_function_destroy(f);
+  graft_tensor_destroy(in[0]);
+}
+
 /* ---- main ------------------------------------------------------------- */
 
 static int group_setup(void **state) {
@@ -682,6 +730,7 @@ int main(void) {
       cmocka_unit_test(test_graft_function_call__same_value_in_two_outputs),
       cmocka_unit_test(test_graft_function_call__preallocated_output_written_in_place),
       cmocka_unit_test(test_graft_function_call__no_inputs_constant_output),
+      cmocka_unit_test(test_graft_function_call__long_chain_crosses_node_chunks),
   };
   return cmocka_run_group_tests_name("graph/function_cache", tests, group_setup, group_teardown);
 }

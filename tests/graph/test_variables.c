@@ -576,6 +576,37 @@ static void test_graft_assign__value_is_also_output(void **state) {
   graft_variable_destroy(v);
 }
 
+/* out = read(v) directly (no op in between); then v += 1.  The output is
+ * the value read, i.e. before the assign, and not the variable's storage. */
+static graft_status read_is_output_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                      graft_value **out, void *user) {
+  (void)n_in, (void)in, (void)n_out;
+  graft_variable *v = user;
+  out[0] = graft_read(t, v);
+  (void)graft_assign_add(t, v, graft_scalar(t, GRAFT_F64, 1.0));
+  return GRAFT_OK;
+}
+
+static void test_graft_read__read_is_output_before_assign(void **state) {
+  (void)state;
+  const int64_t s[] = {3};
+  const double init[] = {1, 2, 3};
+  graft_variable *v = make_var("read_out", GRAFT_F64, 1, s, init);
+  graft_function *f = make_function("read_is_output", read_is_output_cb, v, 0, 1);
+  double cur[3] = {1, 2, 3};
+  for (int call = 0; call < 3; call++) {
+    graft_tensor *out[1] = {NULL};
+    assert_call_ok(f, 0, NULL, 1, out);
+    tu_assert_close(out[0], cur, 3, 0, 0);
+    assert_ptr_not_equal(graft_tensor_data(out[0]), graft_tensor_data(graft_variable_value(v)));
+    for (int i = 0; i < 3; i++) cur[i] += 1;
+    tu_assert_close(graft_variable_value(v), cur, 3, 0, 0);
+    destroy_outs(out, 1);
+  }
+  graft_function_destroy(f);
+  graft_variable_destroy(v);
+}
+
 /* ---- two functions share a variable ------------------------------------ */
 
 static graft_status writer_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
@@ -653,6 +684,7 @@ int main(void) {
       cmocka_unit_test(test_graft_variable_set__visible_without_retrace),
       cmocka_unit_test(test_graft_variable_value__init_copied_zero_default_and_name),
       cmocka_unit_test(test_graft_assign__value_is_also_output),
+      cmocka_unit_test(test_graft_read__read_is_output_before_assign),
       cmocka_unit_test(test_graft_assign__seen_by_another_function),
   };
   return cmocka_run_group_tests_name("graph/variables", tests, group_setup, group_teardown);

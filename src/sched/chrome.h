@@ -1,0 +1,28 @@
+/* graft internal: Chrome trace output (GRAFT_TRACE), one track per worker,
+ * a slice per node or tile, instant events for steals.  Opens in Perfetto
+ * and chrome://tracing. */
+#ifndef GRAFT_CHROME_H
+#define GRAFT_CHROME_H
+
+#include "common/common.h"
+
+typedef struct graft__chrome graft__chrome;
+
+typedef struct graft__trace_event {
+  double ts_us, dur_us;   /* dur < 0: an instant steal event */
+  uint32_t node;          /* graph node id */
+  int32_t tile;
+  int32_t worker;
+  int32_t victim;         /* steals: the worker robbed */
+} graft__trace_event;
+
+/* Open path for writing; msg names the path on failure (GRAFT_EIO). */
+graft_status graft__chrome_open(const char *path, graft__chrome **out, char *msg);
+/* Finish the JSON array and close.  NULL is a no-op. */
+void graft__chrome_close(graft__chrome *c);
+/* Append one call's events; name_of gives each node's label.  Thread-safe. */
+void graft__chrome_write(graft__chrome *c, const char *fn_name, const graft__trace_event *ev,
+                         int64_t n, const char *(*name_of)(const void *ctx, uint32_t node),
+                         const void *ctx);
+
+#endif /* GRAFT_CHROME_H */

@@ -1,0 +1,179 @@
+/* Partitioner: one part per topology domain that has workers.
+ *
+ * Chains are contracted first (a node whose only compute predecessor has no
+ * other successor joins that predecessor's cluster), so a branch of a graph
+ * is one cluster and never crosses parts.  Clusters that depend on no other
+ * cluster are spread largest first over the least-loaded part (LPT); every
+ * other cluster goes where most of its input bytes live, unless that part
+ * would exceed the mean load by more than the slack, in which case it goes
+ * to the least-loaded part. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/sched.h"
+
+#define SLACK 1.10
+
+static uint32_t find(uint32_t *parent, uint32_t x) {
+  while (parent[x] != x) {
+    parent[x] = parent[parent[x]];
+    x = parent[x];
+  }
+  return x;
+}
+
+static int64_t value_bytes(const graft__plan *p, uint32_t i) {
+  const graft__tview *v = &p->views[p->order[i]];
+  return v->numel * (int64_t)graft_dtype_size(v->dtype);
+}
+
+typedef struct cluster {
+  uint32_t root;    /* representative order position */
+  uint32_t first;   /* smallest order position (topological rank) */
+  int64_t work;
+  int source;       /* no compute predecessor outside the cluster */
+} cluster;
+
+static const cluster *sort_base;
+static int by_work_desc(const void *a, const void *b) {
+  const cluster *x = &sort_base[*(const uint32_t *)a], *y = &sort_base[*(const uint32_t *)b];
+  if (x->work != y->work) return x->work > y->work ? -1 : 1;
+  return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static int least_loaded(const int64_t *load, int n) {
+  int best = 0;
+  for (int k = 1; k < n; k++)
+    if (load[k] < load[best]) best = k;
+  return best;
+}
+
+static void fill_stats(graft__plan *p, const int64_t *load, int n_parts) {
+  graft_plan_stats *s = &p->stats;
+  int64_t total = 0, max = 0, used = 0, cut = 0;
+  memset(s->part_work, 0, sizeof s->part_work);
+  for (int k = 0; k < n_parts; k++) {
+    total += load[k];
+    max = GRAFT__MAX(max, load[k]);
+    used += load[k] > 0;
+    if (k < GRAFT_STATS_MAX_PARTS) s->part_work[k] = load[k];
+  }
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
+      if (p->part[p->succ[e]] != p->part[i]) cut += value_bytes(p, i);
+  }
+  s->parts = used ? used : 1;
+  s->work = total;
+  s->cut_bytes = cut;
+  s->imbalance = total ? (double)max / ((double)total / (double)s->parts) : 1.0;
+}
+
+graft_status graft__plan_partition(graft__plan *p, int n_parts) {
+  uint32_t n = p->n_order;
+  if (n_parts < 1) n_parts = 1;
+  p->n_parts = n_parts;
+  p->part = graft__calloc(n ? n : 1, sizeof *p->part);
+  p->sources = graft__malloc((n ? n : 1) * sizeof *p->sources);
+  uint32_t *parent = graft__malloc((n ? n : 1) * sizeof *parent);
+  uint32_t *cid = graft__malloc((n ? n : 1) * sizeof *cid);
+  uint32_t *single = graft__malloc((n ? n : 1) * sizeof *single);
+  cluster *cl = graft__calloc(n ? n : 1, sizeof *cl);
+  uint32_t *idx = graft__malloc((n ? n : 1) * sizeof *idx);
+  int64_t *load = graft__calloc((size_t)n_parts, sizeof *load);
+  int64_t *affinity = graft__calloc((size_t)n_parts, sizeof *affinity);
+  graft_status st = GRAFT_ENOMEM;
+  if (!p->part || !p->sources || !parent || !cid || !single || !cl || !idx || !load || !affinity)
+    goto out;
+
+  /* Contract chains. */
+  for (uint32_t i = 0; i < n; i++) {
+    parent[i] = i;
+    single[i] = UINT32_MAX;
+  }
+  for (uint32_t u = 0; u < n; u++)
+    for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++)
+      if (p->npred[p->succ[e]] == 1) single[p->succ[e]] = u;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t u = single[i];
+    if (u != UINT32_MAX && p->succ_off[u + 1] - p->succ_off[u] == 1)
+      parent[find(parent, i)] = find(parent, u);
+  }
+
+  /* Clusters, numbered in topological order of their first node. */
+  uint32_t n_cl = 0;
+  for (uint32_t i = 0; i < n; i++) cid[i] = UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t r = find(parent, i);
+    if (cid[r] == UINT32_MAX) {
+      cid[r] = n_cl;
+      cl[n_cl] = (cluster){r, i, 0, 1};
+      n_cl++;
+    }
+    cl[cid[r]].work += p->work[i];
+  }
+  for (uint32_t u = 0; u < n; u++)
+    for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++) {
+      uint32_t s = p->succ[e];
+      if (find(parent, s) != find(parent, u)) cl[cid[find(parent, s)]].source = 0;
+    }
+
+  int64_t total = 0;
+  for (uint32_t c = 0; c < n_cl; c++) total += cl[c].work;
+  double cap = (double)total / n_parts * SLACK;
+
+  /* Source clusters: LPT. */
+  uint32_t n_src = 0;
+  for (uint32_t c = 0; c < n_cl; c++)
+    if (cl[c].source) idx[n_src++] = c;
+  sort_base = cl;
+  qsort(idx, n_src, sizeof *idx, by_work_desc);
+  uint16_t *cpart = (uint16_t *)single; /* reuse: part per cluster */
+  for (uint32_t c = 0; c < n_cl; c++) cpart[c] = UINT16_MAX;
+  for (uint32_t k = 0; k < n_src; k++) {
+    int best = least_loaded(load, n_parts);
+    cpart[idx[k]] = (uint16_t)best;
+    load[best] += cl[idx[k]].work;
+  }
+
+  /* The rest, in topological order: follow the input bytes within the cap.
+   * A cluster's predecessors all come earlier (ids are topological), so
+   * their parts are known. */
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t c = cid[find(parent, i)];
+    if (cpart[c] != UINT16_MAX) {
+      p->part[i] = cpart[c];
+      continue;
+    }
+    memset(affinity, 0, (size_t)n_parts * sizeof *affinity);
+    /* Walk the cluster's external predecessors through the CSR of every
+     * earlier node (cheap enough: clusters are assigned once). */
+    for (uint32_t u = 0; u < i; u++)
+      for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++)
+        if (cid[find(parent, p->succ[e])] == c && cid[find(parent, u)] != c)
+          affinity[p->part[u]] += value_bytes(p, u) + 1;
+    int best = 0;
+    for (int k = 1; k < n_parts; k++)
+      if (affinity[k] > affinity[best]) best = k;
+    if ((double)(load[best] + cl[c].work) > cap) best = least_loaded(load, n_parts);
+    cpart[c] = (uint16_t)best;
+    load[best] += cl[c].work;
+    p->part[i] = (uint16_t)best;
+  }
+
+  /* Sources (no compute predecessor), grouped by part. */
+  p->n_sources = 0;
+  for (int k = 0; k < n_parts; k++)
+    for (uint32_t i = 0; i < n; i++)
+      if (p->npred[i] == 0 && p->part[i] == k) p->sources[p->n_sources++] = i;
+  fill_stats(p, load, n_parts);
+  st = GRAFT_OK;
+out:
+  graft__free(parent);
+  graft__free(cid);
+  graft__free(single);
+  graft__free(cl);
+  graft__free(idx);
+  graft__free(load);
+  graft__free(affinity);
+  return st;
+}
