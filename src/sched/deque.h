@@ -82,6 +82,16 @@ void graft__deque_reclaim(graft__deque *d);
 /* Owner only, no thief inside steal: empty the deque, keeping its buffer. */
 void graft__deque_reset(graft__deque *d);
 
+/* ThreadSanitizer does not model fences (GCC warns, -Wtsan).  It loses no
+ * happens-before edge here: the seq_cst fences only order a store before a
+ * load (pop) or two loads that are acquires already (steal); every edge that
+ * carries data is a release store or CAS paired with an acquire load. */
+#if defined(__SANITIZE_THREAD__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define GRAFT__DEQUE_TSAN_PRAGMAS 1
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
+
 /* Owner only: push item at the bottom, growing the buffer when full.
  * GRAFT_ENOMEM if growth failed; the item is then not pushed. */
 static inline graft_status graft__deque_push(graft__deque *d, uint64_t item) {
@@ -140,6 +150,11 @@ static inline int graft__deque_steal(graft__deque *d, uint64_t *item) {
   *item = x;
   return 1;
 }
+
+#ifdef GRAFT__DEQUE_TSAN_PRAGMAS
+#pragma GCC diagnostic pop
+#undef GRAFT__DEQUE_TSAN_PRAGMAS
+#endif
 
 /* Items in d as seen at some recent moment; exact when no one else is using d. */
 static inline int64_t graft__deque_size_approx(const graft__deque *d) {
