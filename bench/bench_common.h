@@ -11,7 +11,9 @@
 #ifndef GRAFT_BENCH_COMMON_H
 #define GRAFT_BENCH_COMMON_H
 
+#include <cblas.h>
 #include <ctype.h>
+#include <omp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +63,35 @@ static inline void bench_json_str(const char *s) {
       putchar(*p);
   }
   putchar('"');
+}
+
+/* ---- BLAS ------------------------------------------------------------------ */
+
+/* Holds a baseline BLAS to one thread (graft's kernels call it
+ * single-threaded inside their tasks) and describes the library into buf. */
+static inline void bench_setup_blas(char *buf, size_t len) {
+#ifdef GRAFT_HAVE_OPENBLAS
+  const char *variant = "unknown threading";
+  switch (openblas_get_parallel()) {
+  case 0:
+    variant = "sequential";
+    break;
+  case 1:
+    variant = "pthreads, held to 1 thread";
+    openblas_set_num_threads(1);
+    break;
+  case 2:
+    /* openblas_set_num_threads would change the caller's OpenMP thread
+     * count in this variant; the OpenMP setting is what it follows.  graft
+     * runtimes name their thread count, so this does not shrink them. */
+    variant = "OpenMP, held to 1 thread";
+    omp_set_num_threads(1);
+    break;
+  }
+  snprintf(buf, len, "%s (%s)", openblas_get_config(), variant);
+#else
+  snprintf(buf, len, "CBLAS (not OpenBLAS; threading as configured)");
+#endif
 }
 
 /* ---- the run header ----------------------------------------------------- */

@@ -11,24 +11,18 @@
  *
  * Usage: bench_matmul [--json] [--reps N] [--dtype f32|f64] [--shape MxKxN]...
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h) */
 
 #include <cblas.h>
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
-#include <omp.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "bench_common.h"
 #include "graft.h"
-
-extern char **environ;
 
 #define MIN_REPS 7
 #define DEFAULT_REPS 11
@@ -61,194 +55,18 @@ typedef struct result {
   double max_abs_diff;
 } result;
 
-/* ---- small utilities -------------------------------------------------- */
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Sorts v in place. */
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void *alloc_aligned(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   return aligned_alloc(64, rounded ? rounded : 64);
 }
 
-static void chomp(char *s) {
-  size_t n = strlen(s);
-  while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
-}
-
-/* Writes s as a JSON string literal. */
-static void json_str(const char *s) {
-  putchar('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      printf("\\%c", *p);
-    else if (*p < 0x20)
-      printf("\\u%04x", *p);
-    else
-      putchar(*p);
-  }
-  putchar('"');
-}
-
-/* ---- the environment header -------------------------------------------- */
-
-typedef struct run_info {
-  char commit[64];
-  char cpu[256];
-  char blas[320];
-  char runtime[256];
-  long nproc, online;
-  int n_env;
-  char **env; /* GRAFT_*, OMP_*, OPENBLAS_* entries of environ, sorted */
-} run_info;
-
-static void get_commit(char *buf, size_t len) {
-  char cmd[1200];
-  const char *dir = NULL;
-#ifdef GRAFT_SOURCE_DIR
-  dir = GRAFT_SOURCE_DIR;
-#endif
-  if (dir && !strchr(dir, '\'') && strlen(dir) < 1000)
-    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short HEAD 2>/dev/null", dir);
-  else
-    snprintf(cmd, sizeof cmd, "git rev-parse --short HEAD 2>/dev/null");
-  snprintf(buf, len, "unknown");
-  FILE *p = popen(cmd, "r");
-  if (!p) return;
-  char line[128] = "";
-  int got = fgets(line, sizeof line, p) != NULL;
-  int status = pclose(p);
-  chomp(line);
-  if (got && status == 0 && line[0]) snprintf(buf, len, "%s", line);
-}
-
-static void get_cpu_model(char *buf, size_t len) {
-  static const char *const keys[] = {"model name", "Hardware", "cpu model", "Processor"};
-  snprintf(buf, len, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  int found = 0;
-  while (!found && fgets(line, sizeof line, f)) {
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-      size_t kl = strlen(keys[i]);
-      char *colon = strchr(line, ':');
-      if (colon && strncmp(line, keys[i], kl) == 0 && isspace((unsigned char)line[kl])) {
-        const char *v = colon + 1;
-        while (isspace((unsigned char)*v)) v++;
-        snprintf(buf, len, "%s", v);
-        chomp(buf);
-        found = 1;
-        break;
-      }
-    }
-  }
-  fclose(f);
-}
-
-/* Holds the baseline BLAS to one thread (graft's kernels call it
- * single-threaded inside their tasks) and describes the library. */
-static void setup_blas(char *buf, size_t len) {
-#ifdef GRAFT_HAVE_OPENBLAS
-  const char *variant = "unknown threading";
-  switch (openblas_get_parallel()) {
-  case 0:
-    variant = "sequential";
-    break;
-  case 1:
-    variant = "pthreads, held to 1 thread";
-    openblas_set_num_threads(1);
-    break;
-  case 2:
-    /* openblas_set_num_threads would change the caller's OpenMP thread
-     * count in this variant; the OpenMP setting is what it follows. */
-    variant = "OpenMP, held to 1 thread";
-    omp_set_num_threads(1);
-    break;
-  }
-  snprintf(buf, len, "%s (%s)", openblas_get_config(), variant);
-#else
-  snprintf(buf, len, "CBLAS (not OpenBLAS; threading as configured)");
-#endif
-}
-
-static int collect_env(run_info *info) {
-  static const char *const prefixes[] = {"GRAFT_", "OMP_", "OPENBLAS_"};
-  int n = 0;
-  for (char **e = environ; *e; e++) n++;
-  info->env = malloc(((size_t)n + 1) * sizeof *info->env);
-  if (!info->env) return -1;
-  info->n_env = 0;
-  for (char **e = environ; *e; e++)
-    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-      if (strncmp(*e, prefixes[i], strlen(prefixes[i])) == 0) {
-        info->env[info->n_env++] = *e;
-        break;
-      }
-  qsort(info->env, (size_t)info->n_env, sizeof *info->env, cmp_str);
-  return 0;
-}
-
-static void print_header(const run_info *info, const options *opt) {
-#if defined(__clang__) || !defined(__GNUC__)
-  const char *compiler = __VERSION__;
-#else
-  const char *compiler = "gcc " __VERSION__;
-#endif
-  if (opt->json) {
-    printf("{\"type\":\"header\",\"bench\":\"bench_matmul\",\"commit\":");
-    json_str(info->commit);
-    printf(",\"compiler\":");
-    json_str(compiler);
-    printf(",\"cpu\":");
-    json_str(info->cpu);
-    printf(",\"nproc\":%ld,\"online_cpus\":%ld,\"blas\":", info->nproc, info->online);
-    json_str(info->blas);
-    printf(",\"runtime\":");
-    json_str(info->runtime);
-    printf(",\"env\":{");
-    for (int i = 0; i < info->n_env; i++) {
-      const char *eq = strchr(info->env[i], '=');
-      char name[256];
-      size_t nl = eq ? (size_t)(eq - info->env[i]) : strlen(info->env[i]);
-      if (nl >= sizeof name) nl = sizeof name - 1;
-      memcpy(name, info->env[i], nl);
-      name[nl] = '\0';
-      printf("%s", i ? "," : "");
-      json_str(name);
-      putchar(':');
-      json_str(eq ? eq + 1 : "");
-    }
-    printf("}}\n");
-    return;
-  }
-  printf("# bench_matmul: graft_matmul in a one-op traced function vs a direct cblas_?gemm call\n");
-  printf("# commit: %s\n", info->commit);
-  printf("# compiler: %s\n", compiler);
-  printf("# cpu: %s\n", info->cpu);
-  printf("# nproc: %ld (online %ld)\n", info->nproc, info->online);
-  printf("# blas: %s\n", info->blas);
-  printf("# runtime: %s\n", info->runtime);
-  if (info->n_env == 0) printf("# env: (no GRAFT_*, OMP_* or OPENBLAS_* variables)\n");
-  for (int i = 0; i < info->n_env; i++) printf("# env: %s\n", info->env[i]);
+static void print_header(const bench_info *info, const char *blas, const char *runtime,
+                         const options *opt) {
+  const bench_kv extra[] = {{"blas", blas}, {"runtime", runtime}};
+  bench_header_print(info, "bench_matmul",
+                     "graft_matmul in a one-op traced function vs a direct cblas_?gemm call",
+                     extra, 2, opt->json);
+  if (opt->json) return;
   printf("# shape MxKxN = [M,K] @ [K,N]; times are per call in microseconds (median of reps);\n"
          "# ratio = median_us / baseline_us; gflops = 2*M*N*K / median_us (graft)\n");
   printf("# %-6s %-5s %-15s %7s %4s %12s %12s %7s %8s\n", "name", "dtype", "shape",
@@ -357,11 +175,11 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
   }
 
   /* Calibrate the calls per rep from one call of each. */
-  double t0 = now_us();
+  double t0 = bench_now_us();
   if (report(graft_function_call(f, 2, in, 1, out), "graft_function_call", f)) goto done;
-  double t1 = now_us();
+  double t1 = bench_now_us();
   baseline_gemm(dt, s, a, b, cb);
-  double t2 = now_us();
+  double t2 = bench_now_us();
   double one = t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1;
   int inner = one > 0.0 ? (int)ceil(TARGET_REP_US / one) : 1000;
   if (inner < 1) inner = 1;
@@ -371,7 +189,7 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
     /* Alternate which side goes first so neither always runs on a warm cache. */
     for (int side = 0; side < 2; side++) {
       int graft_side = (side == 0) == (r % 2 == 0);
-      double start = now_us();
+      double start = bench_now_us();
       for (int i = 0; i < inner; i++) {
         if (graft_side) {
           if (report(graft_function_call(f, 2, in, 1, out), "graft_function_call", f))
@@ -380,7 +198,7 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
           baseline_gemm(dt, s, a, b, cb);
         }
       }
-      double per_call = (now_us() - start) / inner;
+      double per_call = (bench_now_us() - start) / inner;
       if (graft_side)
         t_graft[r] = per_call;
       else
@@ -391,8 +209,8 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
     fprintf(stderr, "bench_matmul: warning: the function traced %d times (expected 1)\n",
             graft_function_trace_count(f));
 
-  res->median_us = median(t_graft, reps);
-  res->baseline_us = median(t_base, reps);
+  res->median_us = bench_median(t_graft, reps);
+  res->baseline_us = bench_median(t_base, reps);
   res->reps = reps;
   res->inner = inner;
   rc = 0;
@@ -510,19 +328,13 @@ int main(int argc, char **argv) {
   options opt;
   if (parse_args(argc, argv, &opt)) return 2;
 
-  run_info info;
-  memset(&info, 0, sizeof info);
-  get_commit(info.commit, sizeof info.commit);
-  get_cpu_model(info.cpu, sizeof info.cpu);
-  info.online = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  info.nproc = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : info.online;
-  if (collect_env(&info)) {
+  bench_info info;
+  if (bench_info_collect(&info)) {
     fprintf(stderr, "bench_matmul: out of memory\n");
     return 1;
   }
-  setup_blas(info.blas, sizeof info.blas);
+  char blas[320], runtime[256];
+  bench_setup_blas(blas, sizeof blas);
 
   graft_runtime_opts ro;
   graft_runtime_opts_init(&ro);
@@ -534,13 +346,13 @@ int main(int argc, char **argv) {
   if (st != GRAFT_OK) {
     fprintf(stderr, "bench_matmul: graft_runtime_create failed: %s (%s): %s\n",
             graft_status_name(st), graft_status_str(st), err);
-    free(info.env);
+    bench_info_free(&info);
     return 1;
   }
-  graft_runtime_describe(rt, info.runtime, sizeof info.runtime);
+  graft_runtime_describe(rt, runtime, sizeof runtime);
   int threads = graft_runtime_num_threads(rt);
 
-  print_header(&info, &opt);
+  print_header(&info, blas, runtime, &opt);
   fflush(stdout);
 
   int failures = 0;
@@ -558,7 +370,7 @@ int main(int argc, char **argv) {
   }
 
   graft_runtime_destroy(rt);
-  free(info.env);
+  bench_info_free(&info);
   if (failures) fprintf(stderr, "bench_matmul: %d experiment(s) failed\n", failures);
   return failures ? 1 : 0;
 }

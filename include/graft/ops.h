@@ -76,7 +76,8 @@ GRAFT_API graft_value *graft_cos(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_tan(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_lgamma(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_digamma(graft_trace *t, graft_value *x);
-/* n-th derivative of digamma, n >= 1 (n = 0 is digamma). */
+/* n-th derivative of digamma, 0 <= n <= 170 (n = 0 is digamma; larger n
+ * overflow n!).  Poles: NaN where the one-sided limits differ, else +inf. */
 GRAFT_API graft_value *graft_polygamma(graft_trace *t, int n, graft_value *x);
 /* Identity whose gradient is zero (identity until gradients exist). */
 GRAFT_API graft_value *graft_stop_gradient(graft_trace *t, graft_value *x);

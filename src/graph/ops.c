@@ -220,7 +220,9 @@ BINARY(equal, EQUAL)
 GRAFT_API graft_value *graft_polygamma(graft_trace *t, int n, graft_value *x) {
   if (!t) return NULL;
   if (n == 0) return graft_digamma(t, x);
-  if (n < 0 && !t->status) return fail_op(t, GRAFT__OP_POLYGAMMA, GRAFT_EINVAL, "order n must be >= 0");
+  /* n! overflows a double past 170, so higher orders cannot be finite. */
+  if ((n < 0 || n > 170) && !t->status)
+    return fail_op(t, GRAFT__OP_POLYGAMMA, GRAFT_EINVAL, "order n must be in 0..170");
   spec sp = {.op = GRAFT__OP_POLYGAMMA};
   sp.attr.polygamma.n = n;
   return emit(t, &sp, 1, &x);
