@@ -54,6 +54,14 @@ int64_t graft__kernel_units(const graft__kargs *k);
 GRAFT_OP_MAP(GRAFT__K_DECL_)
 #undef GRAFT__K_DECL_
 
+/* Split reductions (float reduce_* and logsumexp): the reduced extent R per
+ * output, or 0 when the node cannot be split.  A block [r0, r1) of R writes
+ * two doubles per output into part; combine folds n_blocks partials (laid
+ * out block after block) into the output in block order. */
+int64_t graft__kernel_split_extent(const graft__kargs *k);
+graft_status graft__kernel_partial(const graft__kargs *k, int64_t r0, int64_t r1, double *part);
+graft_status graft__kernel_combine(const graft__kargs *k, int64_t n_blocks, const double *parts);
+
 /* BLAS setup: make OpenBLAS single-threaded inside tasks where that is safe
  * (pthreads variant); never touches the OpenMP variant.  Idempotent. */
 void graft__blas_init(void);

@@ -337,3 +337,113 @@ graft_status graft__k_REDUCE_PROD(const graft__kargs *k, int64_t begin, int64_t 
 graft_status graft__k_LOGSUMEXP(const graft__kargs *k, int64_t begin, int64_t end) {
   return graft__reduce_run(k, GRAFT__RED_LSE, k->node->attr.reduce.mask, begin, end);
 }
+
+/* ---- split reductions --------------------------------------------------
+ * When a reduction has few outputs but many reduced elements, the scheduler
+ * splits the reduced extent R into blocks: each block writes one partial per
+ * output (graft__kernel_partial), and the node's last tile combines them in
+ * block order (graft__kernel_combine).  The blocks depend only on shapes and
+ * the grain, so the result is the same for every thread count. */
+
+static int split_kind(const graft__kargs *k, enum graft__reduce_kind *kind) {
+  switch (k->node->op) {
+  case GRAFT__OP_REDUCE_SUM: *kind = GRAFT__RED_SUM; break;
+  case GRAFT__OP_REDUCE_MEAN: *kind = GRAFT__RED_MEAN; break;
+  case GRAFT__OP_REDUCE_MAX: *kind = GRAFT__RED_MAX; break;
+  case GRAFT__OP_REDUCE_PROD: *kind = GRAFT__RED_PROD; break;
+  case GRAFT__OP_LOGSUMEXP: *kind = GRAFT__RED_LSE; break;
+  default: return 0;
+  }
+  /* i32 wraps modulo 2^32: keep those whole rather than carry them in
+   * double partials. */
+  return k->in[0]->dtype == GRAFT_F32 || k->in[0]->dtype == GRAFT_F64;
+}
+
+int64_t graft__kernel_split_extent(const graft__kargs *k) {
+  enum graft__reduce_kind kind;
+  if (!split_kind(k, &kind) || k->out->numel == 0) return 0;
+  return k->in[0]->numel / k->out->numel;
+}
+
+/* NaN wins, then the larger value. */
+static inline double max_nan(double m, double v) { return (m != m || v != v) ? m + v : (v > m ? v : m); }
+
+static double elem(const graft__tview *x, int64_t off) {
+  return x->dtype == GRAFT_F32 ? (double)((const float *)x->data)[off]
+                               : ((const double *)x->data)[off];
+}
+
+/* Visit reduced positions [r0, r1) of the output whose first reduced element
+ * is at base, in row-major order of the reduced coordinates. */
+#define VISIT_RANGE(p, x, base, r0, r1, v, BODY)                         \
+  do {                                                                 \
+    int64_t ix_[GRAFT_MAX_RANK], off_ = (base), r_ = (r0);              \
+    for (int d_ = (p)->nr - 1; d_ >= 0; d_--) {                         \
+      ix_[d_] = r_ % (p)->rdim[d_];                                      \
+      r_ /= (p)->rdim[d_];                                               \
+      off_ += ix_[d_] * (p)->rstride[d_];                                \
+    }                                                                  \
+    for (int64_t n_ = (r0); n_ < (r1); n_++) {                           \
+      double v = elem((x), off_);                                        \
+      BODY;                                                            \
+      for (int d_ = (p)->nr - 1; d_ >= 0; d_--) {                       \
+        off_ += (p)->rstride[d_];                                        \
+        if (++ix_[d_] < (p)->rdim[d_]) break;                           \
+        off_ -= (p)->rstride[d_] * (p)->rdim[d_];                        \
+        ix_[d_] = 0;                                                     \
+      }                                                                \
+    }                                                                  \
+  } while (0)
+
+graft_status graft__kernel_partial(const graft__kargs *k, int64_t r0, int64_t r1, double *part) {
+  enum graft__reduce_kind kind;
+  if (!split_kind(k, &kind)) return graft__kernel_internal(k, "op cannot be split");
+  rplan p;
+  make_plan(k->in[0]->rank, k->in[0]->shape, k->node->attr.reduce.mask, &p);
+  cursor c;
+  cursor_start(&c, &p, 0);
+  for (int64_t o = 0; o < p.O; o++, cursor_next(&c, &p)) {
+    double a = kind == GRAFT__RED_PROD ? 1.0 : kind == GRAFT__RED_MAX || kind == GRAFT__RED_LSE ? -INFINITY : 0.0;
+    double s = 0.0;
+    switch (kind) {
+    case GRAFT__RED_SUM:
+    case GRAFT__RED_MEAN: VISIT_RANGE(&p, k->in[0], c.base, r0, r1, v, a += v); break;
+    case GRAFT__RED_PROD: VISIT_RANGE(&p, k->in[0], c.base, r0, r1, v, a *= v); break;
+    case GRAFT__RED_MAX: VISIT_RANGE(&p, k->in[0], c.base, r0, r1, v, a = max_nan(a, v)); break;
+    case GRAFT__RED_LSE:
+      VISIT_RANGE(&p, k->in[0], c.base, r0, r1, v, a = max_nan(a, v));
+      if (isfinite(a)) VISIT_RANGE(&p, k->in[0], c.base, r0, r1, v, s += exp(v - a));
+      break;
+    }
+    part[2 * o] = a;
+    part[2 * o + 1] = s;
+  }
+  return GRAFT_OK;
+}
+
+graft_status graft__kernel_combine(const graft__kargs *k, int64_t n_blocks, const double *parts) {
+  enum graft__reduce_kind kind;
+  if (!split_kind(k, &kind)) return graft__kernel_internal(k, "op cannot be split");
+  int64_t O = k->out->numel, R = k->in[0]->numel / (O ? O : 1);
+  for (int64_t o = 0; o < O; o++) {
+    double a = kind == GRAFT__RED_PROD ? 1.0 : kind == GRAFT__RED_MAX || kind == GRAFT__RED_LSE ? -INFINITY : 0.0;
+    for (int64_t b = 0; b < n_blocks; b++) {
+      double v = parts[(b * O + o) * 2];
+      if (kind == GRAFT__RED_PROD) a *= v;
+      else if (kind == GRAFT__RED_MAX || kind == GRAFT__RED_LSE) a = max_nan(a, v);
+      else a += v;
+    }
+    if (kind == GRAFT__RED_MEAN) a /= (double)R;
+    if (kind == GRAFT__RED_LSE && isfinite(a)) {
+      double s = 0.0;
+      for (int64_t b = 0; b < n_blocks; b++) {
+        double m = parts[(b * O + o) * 2];
+        if (m != -INFINITY) s += parts[(b * O + o) * 2 + 1] * exp(m - a);
+      }
+      a += log(s);
+    }
+    if (k->out->dtype == GRAFT_F32) ((float *)k->out->data)[o] = (float)a;
+    else ((double *)k->out->data)[o] = a;
+  }
+  return GRAFT_OK;
+}

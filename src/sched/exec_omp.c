@@ -18,24 +18,25 @@ typedef struct omp_ctx {
   char *msg;
 } omp_ctx;
 
+static void fail(omp_ctx *c, uint32_t i, graft_status st, const char *reason) {
+  int ok = GRAFT_OK;
+  if (atomic_compare_exchange_strong(&c->status, &ok, (int)st))
+    graft__exec_fail_msg(c->p, c->p->order[i], reason[0] ? reason : graft_status_str(st), c->msg);
+  atomic_store(&c->cancel, 1);
+}
+
 static void run_tile(omp_ctx *c, uint32_t i, int64_t t) {
   if (atomic_load_explicit(&c->cancel, memory_order_relaxed)) return;
-  graft__plan *p = c->p;
-  uint32_t id = p->order[i];
   char reason[GRAFT__MSG_LEN];
-  reason[0] = '\0';
-  graft__kargs k = p->kargs[id];
-  k.msg = reason;
-  int64_t b, e;
-  graft__tile_range(&p->tiling[i], t, &b, &e);
-  graft_status st = graft__exec_fault_hook ? graft__exec_fault_hook(id, t) : GRAFT_OK;
-  if (st == GRAFT_OK) st = graft__kernels[k.node->op].run(&k, b, e);
-  if (st != GRAFT_OK) {
-    int ok = GRAFT_OK;
-    if (atomic_compare_exchange_strong(&c->status, &ok, (int)st))
-      graft__exec_fail_msg(p, id, reason[0] ? reason : graft_status_str(st), c->msg);
-    atomic_store(&c->cancel, 1);
-  }
+  graft_status st = graft__exec_tile(c->p, i, t, reason);
+  if (st != GRAFT_OK) fail(c, i, st, reason);
+}
+
+static void finish(omp_ctx *c, uint32_t i) {
+  if (atomic_load_explicit(&c->cancel, memory_order_relaxed)) return;
+  char reason[GRAFT__MSG_LEN];
+  graft_status st = graft__exec_finish(c->p, i, reason);
+  if (st != GRAFT_OK) fail(c, i, st, reason);
 }
 
 graft_status graft__exec_omp(graft__plan *p, const graft_runtime *rt, char *msg) {
@@ -69,9 +70,8 @@ graft_status graft__exec_omp(graft__plan *p, const graft_runtime *rt, char *msg)
 #pragma omp task depend(iterator(j = 0 : np), in : tok[pi[j]]) depend(out : ttok[base + t]) firstprivate(i, t) shared(c)
           run_tile(&c, i, t);
         }
-#pragma omp task depend(iterator(t = 0 : nt), in : ttok[base + t]) depend(out : tok[i])
-        {
-        }
+#pragma omp task depend(iterator(t = 0 : nt), in : ttok[base + t]) depend(out : tok[i]) firstprivate(i) shared(c)
+        finish(&c, i);
       }
       base += nt;
     }

@@ -2,22 +2,51 @@
  * the calling thread.  GRAFT_SCHED=seq, and the oracle for the others. */
 #include "sched/sched.h"
 
+graft_status (*graft__exec_fault_hook)(uint32_t node, int64_t tile);
+
 void graft__exec_fail_msg(const graft__plan *p, uint32_t id, const char *reason, char *msg) {
   const graft__node *n = graft__graph_node(p->g, id);
   graft__msgf(msg, "%s: %s (op #%u in trace '%s')", graft__ops[n->op].name, reason, id,
               p->g->name);
 }
 
+graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reason) {
+  uint32_t id = p->order[i];
+  const graft__tiling *tl = &p->tiling[i];
+  graft__kargs k = p->kargs[id];
+  k.msg = reason;
+  reason[0] = '\0';
+  graft_status st = graft__exec_fault_hook ? graft__exec_fault_hook(id, t) : GRAFT_OK;
+  if (st != GRAFT_OK) return st;
+  if (tl->split_r) {
+    int64_t r0 = tl->split_r * t / tl->n, r1 = tl->split_r * (t + 1) / tl->n;
+    return graft__kernel_partial(&k, r0, r1, p->scratch + p->scratch_off[i] + 2 * t * k.out->numel);
+  }
+  int64_t b, e;
+  graft__tile_range(tl, t, &b, &e);
+  return graft__kernels[k.node->op].run(&k, b, e);
+}
+
+graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason) {
+  const graft__tiling *tl = &p->tiling[i];
+  if (!tl->split_r) return GRAFT_OK;
+  graft__kargs k = p->kargs[p->order[i]];
+  k.msg = reason;
+  reason[0] = '\0';
+  return graft__kernel_combine(&k, tl->n, p->scratch + p->scratch_off[i]);
+}
+
+/* Tiles run one after another too, so split reductions combine exactly as
+ * in the parallel executors. */
 graft_status graft__exec_seq(graft__plan *p, char *msg) {
   char reason[GRAFT__MSG_LEN];
   for (uint32_t i = 0; i < p->n_order; i++) {
-    uint32_t id = p->order[i];
-    graft__kargs *k = &p->kargs[id];
-    k->msg = reason;
-    reason[0] = '\0';
-    graft_status st = graft__kernels[k->node->op].run(k, 0, graft__kernel_units(k));
+    graft_status st = GRAFT_OK;
+    for (int64_t t = 0; t < p->tiling[i].n && st == GRAFT_OK; t++)
+      st = graft__exec_tile(p, i, t, reason);
+    if (st == GRAFT_OK) st = graft__exec_finish(p, i, reason);
     if (st != GRAFT_OK) {
-      graft__exec_fail_msg(p, id, reason[0] ? reason : graft_status_str(st), msg);
+      graft__exec_fail_msg(p, p->order[i], reason[0] ? reason : graft_status_str(st), msg);
       return st;
     }
   }

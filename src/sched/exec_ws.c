@@ -19,8 +19,6 @@
 #include "sched/deque.h"
 #include "sched/sched.h"
 
-graft_status (*graft__exec_fault_hook)(uint32_t node, int64_t tile);
-
 typedef struct worker {
   graft__deque dq;
   _Atomic int64_t done;        /* nodes this worker completed (owner writes) */
@@ -143,20 +141,17 @@ static inline void run_task(ctx *c, worker *me, int wid, uint64_t item, uint64_t
                             int *have_next) {
   graft__plan *p = c->p;
   uint32_t i = (uint32_t)(item >> 32);
-  int64_t t = (int64_t)(item & 0xffffffffu), b, e;
-  uint32_t id = p->order[i];
-  graft__kargs k = p->kargs[id];
-  k.msg = me->msg;
-  me->msg[0] = '\0';
-  graft__tile_range(&p->tiling[i], t, &b, &e);
+  int64_t t = (int64_t)(item & 0xffffffffu);
   double ts = c->tracing ? now_us() : 0;
-  graft_status st = graft__exec_fault_hook ? graft__exec_fault_hook(id, t) : GRAFT_OK;
-  if (st == GRAFT_OK) st = graft__kernels[k.node->op].run(&k, b, e);
-  if (c->tracing) record(c, me, wid, ts, now_us() - ts, id, t, -1);
+  graft_status st = graft__exec_tile(p, i, t, me->msg);
+  if (c->tracing) record(c, me, wid, ts, now_us() - ts, p->order[i], t, -1);
   if (st != GRAFT_OK) fail(c, i, st, me->msg);
   if (p->tiling[i].n == 1 ||
-      atomic_fetch_sub_explicit(&c->s->tiles_left[i], 1, memory_order_acq_rel) == 1)
+      atomic_fetch_sub_explicit(&c->s->tiles_left[i], 1, memory_order_acq_rel) == 1) {
+    if (p->tiling[i].split_r && st == GRAFT_OK && (st = graft__exec_finish(p, i, me->msg)))
+      fail(c, i, st, me->msg);
     complete(c, me, i, next, have_next);
+  }
 }
 
 static int try_steal(ctx *c, int wid, uint64_t *item) {

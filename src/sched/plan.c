@@ -24,6 +24,8 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->npred);
   graft__free(p->work);
   graft__free(p->tiling);
+  graft__free(p->scratch);
+  graft__free(p->scratch_off);
   graft__free(p->part);
   graft__free(p->sources);
   graft__exec_state_destroy(p->ws);

@@ -20,6 +20,7 @@ typedef struct graft__tiling {
   int64_t units, seg, len;
   int32_t per_seg;          /* tiles per segment when len <= seg, else 0 */
   int32_t n;                /* tiles */
+  int64_t split_r;          /* split reduction: reduced extent cut into n blocks; 0 = none */
 } graft__tiling;
 
 struct graft__exec_state;
@@ -54,6 +55,8 @@ typedef struct graft__plan {
   uint32_t *sources;        /* order positions with npred 0, grouped by part */
   uint32_t n_sources;
   int64_t n_tasks;          /* sum of tiles */
+  double *scratch;          /* partials of split reductions */
+  int64_t *scratch_off;     /* per order position, in doubles */
   struct graft__exec_state *ws; /* lazily built work-stealing state */
 } graft__plan;
 
@@ -105,6 +108,12 @@ void graft__exec_state_destroy(struct graft__exec_state *s);
 /* Test-only fault injection: when set, called before every tile; a non-OK
  * return fails that tile.  Not thread-safe to change during a call. */
 extern graft_status (*graft__exec_fault_hook)(uint32_t node, int64_t tile);
+
+/* Run tile t of order position i (the test fault hook first); reason gets
+ * the kernel's message on failure.  Shared by every executor. */
+graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reason);
+/* After the last tile of i: combine the partials of a split reduction. */
+graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason);
 
 /* Format a kernel failure "<op>: <reason> (op #<id> in trace '<name>')". */
 void graft__exec_fail_msg(const graft__plan *p, uint32_t id, const char *reason, char *msg);

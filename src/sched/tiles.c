@@ -7,6 +7,7 @@
 #include "sched/sched.h"
 
 #define MAX_TILES 4096
+#define MAX_SPLIT 64
 
 int64_t graft__plan_node_work(const graft__plan *p, uint32_t i) {
   uint32_t id = p->order[i];
@@ -33,7 +34,18 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   tl->len = tl->seg;
   tl->per_seg = 0;
   tl->n = 1;
-  if (units <= 1 || graft__ops[n->op].tile == GRAFT__TILE_ONE) return;
+  tl->split_r = 0;
+  if (graft__ops[n->op].tile == GRAFT__TILE_ONE) return;
+
+  /* Few outputs over many elements: split the reduced extent instead. */
+  int64_t r = graft__kernel_split_extent(k);
+  int64_t want = r > 1 ? k->in[0]->numel / grain : 0;
+  if (want >= 2 && units < want) {
+    tl->split_r = r;
+    tl->n = (int32_t)GRAFT__MIN(GRAFT__MIN(want, (int64_t)MAX_SPLIT), r);
+    return;
+  }
+  if (units <= 1) return;
 
   /* Elements (or multiply-adds) one unit stands for. */
   int64_t per_unit = p->work[i] / (graft__ops[n->op].cost ? graft__ops[n->op].cost : 1) / units;
@@ -73,11 +85,17 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
   p->work = graft__malloc(n * sizeof *p->work);
   p->tiling = graft__malloc(n * sizeof *p->tiling);
   if (!p->work || !p->tiling) return GRAFT_ENOMEM;
+  p->scratch_off = graft__malloc(n * sizeof *p->scratch_off);
+  if (!p->scratch_off) return GRAFT_ENOMEM;
   p->n_tasks = 0;
+  int64_t scratch = 0;
   for (uint32_t i = 0; i < p->n_order; i++) {
     p->work[i] = graft__plan_node_work(p, i);
     tile_node(p, i, grain, &p->tiling[i]);
     p->n_tasks += p->tiling[i].n;
+    p->scratch_off[i] = scratch;
+    if (p->tiling[i].split_r) scratch += 2 * (int64_t)p->tiling[i].n * p->views[p->order[i]].numel;
   }
-  return GRAFT_OK;
+  p->scratch = graft__aligned_alloc((size_t)(scratch ? scratch : 1) * sizeof *p->scratch, GRAFT__ALIGN);
+  return p->scratch ? GRAFT_OK : GRAFT_ENOMEM;
 }

@@ -12,52 +12,7 @@
 
 #include "testutil.h"
 
-static graft_runtime *g_rt;
-
-#define assert_status(got, want)                                                  \
-  do {                                                                            \
-    graft_status as_g_ = (got), as_w_ = (want);                                   \
-    if (as_g_ != as_w_)                                                           \
-      fail_msg("status %s (%d), want %s (%d)", graft_status_name(as_g_), (int)as_g_, \
-               graft_status_name(as_w_), (int)as_w_);                             \
-  } while (0)
-
-#define assert_call_ok(f, n_in, in, n_out, out)                                   \
-  do {                                                                            \
-    graft_status ac_s_ = graft_function_call((f), (n_in), (in), (n_out), (out));  \
-    if (ac_s_ != GRAFT_OK)                                                        \
-      fail_msg("call failed: %s: %s", graft_status_name(ac_s_), graft_function_errmsg(f)); \
-  } while (0)
-
-static graft_function *make_function_ex(const graft_function_desc *d) {
-  graft_function *f = NULL;
-  graft_status s = graft_function_create(g_rt, d, &f);
-  if (s != GRAFT_OK) fail_msg("graft_function_create: %s", graft_status_name(s));
-  return f;
-}
-
-static graft_function *make_function(const char *name, graft_trace_fn fn, void *user, int n_in,
-                                     int n_out) {
-  graft_function_desc d = {0};
-  d.name = name;
-  d.trace = fn;
-  d.user = user;
-  d.n_inputs = n_in;
-  d.n_outputs = n_out;
-  return make_function_ex(&d);
-}
-
-static void destroy_outs(graft_tensor **out, int n) {
-  for (int i = 0; i < n; i++) {
-    graft_tensor_destroy(out[i]);
-    out[i] = NULL;
-  }
-}
-
-static void assert_shape(const graft_tensor *t, int rank, const int64_t *dims) {
-  assert_int_equal(graft_tensor_rank(t), rank);
-  for (int i = 0; i < rank; i++) assert_int_equal(graft_tensor_shape(t)[i], dims[i]);
-}
+TU_RUNTIME_GROUP();
 
 /* ---- one trace per signature ----------------------------------------- */
 
@@ -81,7 +36,7 @@ static void check_affine(const graft_tensor *x, const graft_tensor *y, double k)
   int64_t n = graft_tensor_numel(x);
   assert_int_equal(graft_tensor_numel(y), n);
   assert_int_equal(graft_tensor_dtype(y), graft_tensor_dtype(x));
-  assert_shape(y, graft_tensor_rank(x), graft_tensor_shape(x));
+  tu_assert_shape(y, graft_tensor_rank(x), graft_tensor_shape(x), NULL);
   double tol = graft_tensor_dtype(x) == GRAFT_F32 ? 1e-6 : 1e-15;
   for (int64_t i = 0; i < n; i++) {
     double want = tu_get(x, i) * k + 1.0;
@@ -93,19 +48,19 @@ static void test_graft_function_call__same_signature_traces_once(void **state) {
   (void)state;
   tu_rng rng = {0x1234abcdULL};
   counted c = {0, 3.0};
-  graft_function *f = make_function("affine", affine_cb, &c, 1, 1);
+  graft_function *f = tu_function(g_rt, "affine", affine_cb, &c, 1, 1, NULL);
   const int64_t s[] = {2, 3};
   graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 2, s, -1, 1)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   check_affine(in[0], out[0], 3.0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   /* New data, same signature: no retrace, and the new data is used. */
   graft_tensor_destroy(in[0]);
   in[0] = tu_tensor_rand(&rng, GRAFT_F64, 2, s, -1, 1);
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   check_affine(in[0], out[0], 3.0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   assert_int_equal(graft_function_trace_count(f), 1);
   assert_int_equal(c.traces, 1);
   graft_function_destroy(f);
@@ -116,24 +71,24 @@ static void test_graft_function_call__host_code_runs_only_at_trace(void **state)
   (void)state;
   tu_rng rng = {0x77ULL};
   counted c = {0, 2.0};
-  graft_function *f = make_function("affine_host", affine_cb, &c, 1, 1);
+  graft_function *f = tu_function(g_rt, "affine_host", affine_cb, &c, 1, 1, NULL);
   const int64_t s[] = {5};
   graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 1, s, -1, 1)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   check_affine(in[0], out[0], 2.0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   c.host_k = 100.0; /* host state changes; the cached graph keeps k = 2 */
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   check_affine(in[0], out[0], 2.0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   assert_int_equal(c.traces, 1);
   /* A new signature traces again and sees the current host value. */
   const int64_t s2[] = {6};
   graft_tensor *in2[1] = {tu_tensor_rand(&rng, GRAFT_F64, 1, s2, -1, 1)};
-  assert_call_ok(f, 1, in2, 1, out);
+  tu_assert_call_ok(f, 1, in2, 1, out);
   check_affine(in2[0], out[0], 100.0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   assert_int_equal(c.traces, 2);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -144,7 +99,7 @@ static void test_graft_function_call__new_shape_or_dtype_retraces(void **state) 
   (void)state;
   tu_rng rng = {0xfeedULL};
   counted c = {0, -0.5};
-  graft_function *f = make_function("affine_shapes", affine_cb, &c, 1, 1);
+  graft_function *f = tu_function(g_rt, "affine_shapes", affine_cb, &c, 1, 1, NULL);
   const int64_t s23[] = {2, 3}, s43[] = {4, 3};
   graft_tensor *a = tu_tensor_rand(&rng, GRAFT_F64, 2, s23, -2, 2);
   graft_tensor *b = tu_tensor_rand(&rng, GRAFT_F64, 2, s43, -2, 2);
@@ -156,9 +111,9 @@ static void test_graft_function_call__new_shape_or_dtype_retraces(void **state) 
   } seq[] = {{a, 1}, {a, 1}, {b, 2}, {a, 2}, {b, 2}, {a32, 3}, {a, 3}};
   for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
     graft_tensor *in[1] = {seq[i].x};
-    assert_call_ok(f, 1, in, 1, out);
+    tu_assert_call_ok(f, 1, in, 1, out);
     check_affine(seq[i].x, out[0], -0.5);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
     assert_int_equal(graft_function_trace_count(f), seq[i].traces_after);
   }
   assert_int_equal(c.traces, 3);
@@ -171,19 +126,19 @@ static void test_graft_function_call__new_shape_or_dtype_retraces(void **state) 
 static void test_graft_function_call__distinct_functions_have_own_caches(void **state) {
   (void)state;
   counted c1 = {0, 1.0}, c2 = {0, 2.0};
-  graft_function *f1 = make_function("aff1", affine_cb, &c1, 1, 1);
-  graft_function *f2 = make_function("aff2", affine_cb, &c2, 1, 1);
+  graft_function *f1 = tu_function(g_rt, "aff1", affine_cb, &c1, 1, 1, NULL);
+  graft_function *f2 = tu_function(g_rt, "aff2", affine_cb, &c2, 1, 1, NULL);
   tu_rng rng = {0x99ULL};
   const int64_t s[] = {3};
   graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 1, s, -1, 1)};
   graft_tensor *out[1] = {NULL};
   for (int k = 0; k < 2; k++) {
-    assert_call_ok(f1, 1, in, 1, out);
+    tu_assert_call_ok(f1, 1, in, 1, out);
     check_affine(in[0], out[0], 1.0);
-    destroy_outs(out, 1);
-    assert_call_ok(f2, 1, in, 1, out);
+    tu_destroy_outs(out, 1);
+    tu_assert_call_ok(f2, 1, in, 1, out);
     check_affine(in[0], out[0], 2.0);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
   }
   assert_int_equal(graft_function_trace_count(f1), 1);
   assert_int_equal(graft_function_trace_count(f2), 1);
@@ -226,11 +181,15 @@ static graft_status sym_cb(graft_trace *t, int n_in, graft_value *const *in, int
   return GRAFT_OK;
 }
 
-static graft_signature g_sig_batch4; /* f64 [-1,4] */
 static const graft_dtype g_sig_dts[] = {GRAFT_F64};
 static const int g_sig_ranks[] = {2};
 static const int64_t g_sig_s0[] = {-1, 4};
 static const int64_t *const g_sig_shapes[] = {g_sig_s0};
+static const graft_signature g_sig_batch4 = {/* f64 [-1,4] */
+                                             .n = 1,
+                                             .dtypes = g_sig_dts,
+                                             .ranks = g_sig_ranks,
+                                             .shapes = g_sig_shapes};
 
 static void test_graft_function_call__symbolic_batch_dim_one_trace(void **state) {
   (void)state;
@@ -238,28 +197,28 @@ static void test_graft_function_call__symbolic_batch_dim_one_trace(void **state)
   memset(&o, 0, sizeof o);
   graft_function_desc d = {.name = "sym_batch", .trace = sym_cb, .user = &o, .n_inputs = 1,
                            .n_outputs = 4, .signature = &g_sig_batch4};
-  graft_function *f = make_function_ex(&d);
+  graft_function *f = tu_function_create(g_rt, &d);
   tu_rng rng = {0xabcULL};
   const int64_t batches[] = {3, 5, 3};
   for (int k = 0; k < 3; k++) {
     const int64_t B = batches[k], s[] = {B, 4};
     graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 2, s, -1, 1)};
     graft_tensor *out[4] = {NULL, NULL, NULL, NULL};
-    assert_call_ok(f, 1, in, 4, out);
+    tu_assert_call_ok(f, 1, in, 4, out);
     double colsum[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < B; i++)
       for (int j = 0; j < 4; j++) colsum[j] += tu_get(in[0], i * 4 + j);
     const int64_t s4[] = {4}, sr[] = {2, B, 2};
-    assert_shape(out[0], 1, s4);
+    tu_assert_shape(out[0], 1, s4, NULL);
     tu_assert_close(out[0], colsum, 4, 1e-14, 1e-14);
-    assert_shape(out[1], 3, sr);
+    tu_assert_shape(out[1], 3, sr, NULL);
     for (int64_t i = 0; i < B * 4; i++) assert_true(tu_get(out[1], i) == tu_get(in[0], i));
     const int64_t sf[] = {4 * B};
-    assert_shape(out[2], 1, sf);
+    tu_assert_shape(out[2], 1, sf, NULL);
     for (int64_t i = 0; i < B * 4; i++) assert_true(tu_get(out[2], i) == tu_get(in[0], i));
-    assert_shape(out[3], 2, s);
+    tu_assert_shape(out[3], 2, s, NULL);
     for (int64_t i = 0; i < B * 4; i++) assert_true(tu_get(out[3], i) == tu_get(in[0], i) + 0.5);
-    destroy_outs(out, 4);
+    tu_destroy_outs(out, 4);
     graft_tensor_destroy(in[0]);
   }
   assert_int_equal(graft_function_trace_count(f), 1);
@@ -269,7 +228,7 @@ static void test_graft_function_call__symbolic_batch_dim_one_trace(void **state)
   assert_true(o.reshape_rank_ok);
   assert_true(GRAFT_DIM_IS_SYM(o.reshape_dim1));
   graft_plan_stats st;
-  assert_status(graft_function_stats(f, &st), GRAFT_OK);
+  tu_assert_status(graft_function_stats(f, &st), GRAFT_OK);
   assert_int_equal(st.trace_count, 1);
   assert_int_equal(st.plan_count, 2); /* batch 3 and batch 5 */
   graft_function_destroy(f);
@@ -292,7 +251,7 @@ static graft_status dense_cb(graft_trace *t, int n_in, graft_value *const *in, i
 static void check_dense(const graft_tensor *x, const graft_tensor *y) {
   int64_t B = graft_tensor_shape(x)[0];
   const int64_t sy[] = {B, 2};
-  assert_shape(y, 2, sy);
+  tu_assert_shape(y, 2, sy, NULL);
   for (int64_t i = 0; i < B; i++)
     for (int j = 0; j < 2; j++) {
       double acc = g_b[j];
@@ -307,16 +266,16 @@ static void test_graft_function_call__symbolic_batch_through_matmul(void **state
   (void)state;
   graft_function_desc d = {.name = "dense_sym", .trace = dense_cb, .n_inputs = 1, .n_outputs = 1,
                            .signature = &g_sig_batch4};
-  graft_function *f = make_function_ex(&d);
+  graft_function *f = tu_function_create(g_rt, &d);
   tu_rng rng = {0xd3ULL};
   const int64_t batches[] = {1, 3, 7, 3, 1};
   for (int k = 0; k < 5; k++) {
     const int64_t s[] = {batches[k], 4};
     graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 2, s, -2, 2)};
     graft_tensor *out[1] = {NULL};
-    assert_call_ok(f, 1, in, 1, out);
+    tu_assert_call_ok(f, 1, in, 1, out);
     check_dense(in[0], out[0]);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
     graft_tensor_destroy(in[0]);
   }
   assert_int_equal(graft_function_trace_count(f), 1);
@@ -341,7 +300,7 @@ static void test_graft_function_call__two_symbolic_dims_mismatch_at_call(void **
   graft_signature sig = {.n = 2, .dtypes = dts, .ranks = ranks, .shapes = shapes};
   graft_function_desc d = {.name = "sym_add", .trace = add_cb, .n_inputs = 2, .n_outputs = 1,
                            .signature = &sig};
-  graft_function *f = make_function_ex(&d);
+  graft_function *f = tu_function_create(g_rt, &d);
   tu_rng rng = {0x31337ULL};
   const int64_t pairs[][2] = {{2, 2}, {4, 4}, {2, 3}, {2, 2}};
   for (int k = 0; k < 4; k++) {
@@ -350,13 +309,13 @@ static void test_graft_function_call__two_symbolic_dims_mismatch_at_call(void **
                            tu_tensor_rand(&rng, GRAFT_F64, 2, sb, -1, 1)};
     graft_tensor *out[1] = {NULL};
     if (pairs[k][0] == pairs[k][1]) {
-      assert_call_ok(f, 2, in, 1, out);
+      tu_assert_call_ok(f, 2, in, 1, out);
       int64_t n = pairs[k][0] * 3;
       for (int64_t i = 0; i < n; i++)
         assert_true(tu_get(out[0], i) == tu_get(in[0], i) + tu_get(in[1], i));
-      destroy_outs(out, 1);
+      tu_destroy_outs(out, 1);
     } else {
-      assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_ESHAPE);
+      tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_ESHAPE);
       assert_null(out[0]);
       const char *msg = graft_function_errmsg(f);
       if (strstr(msg, "add") == NULL) fail_msg("message \"%s\" does not name add", msg);
@@ -375,7 +334,7 @@ static void test_graft_function_call__cache_capacity_one_alternating(void **stat
   counted c = {0, 1.5};
   graft_function_desc d = {.name = "lru1", .trace = affine_cb, .user = &c, .n_inputs = 1,
                            .n_outputs = 1, .cache_capacity = 1};
-  graft_function *f = make_function_ex(&d);
+  graft_function *f = tu_function_create(g_rt, &d);
   tu_rng rng = {0x1ULL};
   const int64_t s2[] = {2, 3}, s3[] = {3, 3};
   graft_tensor *a = tu_tensor_rand(&rng, GRAFT_F64, 2, s2, -1, 1);
@@ -383,11 +342,11 @@ static void test_graft_function_call__cache_capacity_one_alternating(void **stat
   for (int k = 0; k < 6; k++) {
     graft_tensor *in[1] = {(k & 1) ? b : a};
     graft_tensor *out[1] = {NULL};
-    assert_call_ok(f, 1, in, 1, out);
+    tu_assert_call_ok(f, 1, in, 1, out);
     check_affine(in[0], out[0], 1.5);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
     graft_plan_stats st;
-    assert_status(graft_function_stats(f, &st), GRAFT_OK);
+    tu_assert_status(graft_function_stats(f, &st), GRAFT_OK);
     assert_true(st.plan_count <= 1);
     assert_true(st.plan_count >= 1);
   }
@@ -402,13 +361,13 @@ static void test_graft_function_call__cache_capacity_one_alternating(void **stat
   graft_signature sig = {.n = 1, .dtypes = dts, .ranks = ranks, .shapes = shapes};
   graft_function_desc d2 = {.name = "lru1_sym", .trace = affine_cb, .user = &c2, .n_inputs = 1,
                             .n_outputs = 1, .cache_capacity = 1, .signature = &sig};
-  f = make_function_ex(&d2);
+  f = tu_function_create(g_rt, &d2);
   for (int k = 0; k < 6; k++) {
     graft_tensor *in[1] = {(k & 1) ? b : a};
     graft_tensor *out[1] = {NULL};
-    assert_call_ok(f, 1, in, 1, out);
+    tu_assert_call_ok(f, 1, in, 1, out);
     check_affine(in[0], out[0], 1.5);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
   }
   assert_int_equal(graft_function_trace_count(f), 1);
   assert_int_equal(c2.traces, 1);
@@ -436,17 +395,17 @@ static graft_status mlp_cb(graft_trace *t, int n_in, graft_value *const *in, int
 }
 
 static void stats_of(mlp_user *u, const char *name, graft_plan_stats *st) {
-  graft_function *f = make_function(name, mlp_cb, u, 1, 1);
+  graft_function *f = tu_function(g_rt, name, mlp_cb, u, 1, 1, NULL);
   tu_rng rng = {0x5a5aULL};
   const int64_t s[] = {8, 4};
   graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 2, s, -1, 1)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
-  destroy_outs(out, 1);
-  assert_call_ok(f, 1, in, 1, out);
-  destroy_outs(out, 1);
+  tu_assert_call_ok(f, 1, in, 1, out);
+  tu_destroy_outs(out, 1);
+  tu_assert_call_ok(f, 1, in, 1, out);
+  tu_destroy_outs(out, 1);
   memset(st, 0xff, sizeof *st);
-  assert_status(graft_function_stats(f, st), GRAFT_OK);
+  tu_assert_status(graft_function_stats(f, st), GRAFT_OK);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
 }
@@ -505,16 +464,16 @@ static void test_graft_function_write_dot__digraph_with_op_names(void **state) {
   graft_variable *w = NULL;
   assert_int_equal(graft_variable_create(NULL, "dot_w", GRAFT_F64, 2, sw, NULL, 0, &w), GRAFT_OK);
   mlp_user u = {w, 1};
-  graft_function *f = make_function("dot_mlp", mlp_cb, &u, 1, 1);
+  graft_function *f = tu_function(g_rt, "dot_mlp", mlp_cb, &u, 1, 1, NULL);
   tu_rng rng = {0xd07ULL};
   const int64_t s[] = {2, 4};
   graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 2, s, -1, 1)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
-  destroy_outs(out, 1);
+  tu_assert_call_ok(f, 1, in, 1, out);
+  tu_destroy_outs(out, 1);
   FILE *fp = tmpfile();
   assert_non_null(fp);
-  assert_status(graft_function_write_dot(f, fp), GRAFT_OK);
+  tu_assert_status(graft_function_write_dot(f, fp), GRAFT_OK);
   char *text = read_all(fp);
   fclose(fp);
   const char *want[] = {"digraph", "matmul", "relu", "add", "exp", "dashed", "dot_w", "}"};
@@ -537,25 +496,25 @@ static graft_status identity_cb(graft_trace *t, int n_in, graft_value *const *in
 
 static void test_graft_function_call__output_is_input(void **state) {
   (void)state;
-  graft_function *f = make_function("identity", identity_cb, NULL, 1, 1);
+  graft_function *f = tu_function(g_rt, "identity", identity_cb, NULL, 1, 1, NULL);
   tu_rng rng = {0x1dULL};
   const int64_t s[] = {3, 2};
   graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F32, 2, s, -1, 1)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   assert_non_null(out[0]);
   assert_ptr_not_equal(out[0], in[0]);
   assert_ptr_not_equal(graft_tensor_data(out[0]), graft_tensor_data(in[0]));
-  assert_shape(out[0], 2, s);
+  tu_assert_shape(out[0], 2, s, NULL);
   assert_int_equal(graft_tensor_dtype(out[0]), GRAFT_F32);
   assert_memory_equal(graft_tensor_data(out[0]), graft_tensor_data(in[0]), 6 * sizeof(float));
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   /* Into a preallocated tensor too. */
   float buf[6] = {0};
   graft_tensor *o = NULL;
   assert_int_equal(graft_tensor_wrap(GRAFT_F32, 2, s, buf, &o), GRAFT_OK);
   out[0] = o;
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   assert_ptr_equal(out[0], o);
   assert_memory_equal(buf, graft_tensor_data(in[0]), sizeof buf);
   graft_tensor_destroy(o);
@@ -572,7 +531,7 @@ static graft_status two_slots_cb(graft_trace *t, int n_in, graft_value *const *i
 
 static void test_graft_function_call__same_value_in_two_outputs(void **state) {
   (void)state;
-  graft_function *f = make_function("two_slots", two_slots_cb, NULL, 2, 2);
+  graft_function *f = tu_function(g_rt, "two_slots", two_slots_cb, NULL, 2, 2, NULL);
   tu_rng rng = {0x2ULL};
   const int64_t s[] = {4};
   graft_tensor *in[2] = {tu_tensor_rand(&rng, GRAFT_F64, 1, s, -1, 1),
@@ -580,21 +539,21 @@ static void test_graft_function_call__same_value_in_two_outputs(void **state) {
   double want[4];
   for (int i = 0; i < 4; i++) want[i] = tu_get(in[0], i) + tu_get(in[1], i);
   graft_tensor *out[2] = {NULL, NULL};
-  assert_call_ok(f, 2, in, 2, out);
+  tu_assert_call_ok(f, 2, in, 2, out);
   assert_non_null(out[0]);
   assert_non_null(out[1]);
   assert_ptr_not_equal(out[0], out[1]);
   assert_ptr_not_equal(graft_tensor_data(out[0]), graft_tensor_data(out[1]));
   tu_assert_close(out[0], want, 4, 0, 0);
   tu_assert_close(out[1], want, 4, 0, 0);
-  destroy_outs(out, 2);
+  tu_destroy_outs(out, 2);
   /* One slot preallocated, the other allocated by graft. */
   double buf[4] = {9, 9, 9, 9};
   graft_tensor *o = NULL;
   assert_int_equal(graft_tensor_wrap(GRAFT_F64, 1, s, buf, &o), GRAFT_OK);
   out[0] = NULL;
   out[1] = o;
-  assert_call_ok(f, 2, in, 2, out);
+  tu_assert_call_ok(f, 2, in, 2, out);
   assert_ptr_equal(out[1], o);
   tu_assert_close(out[0], want, 4, 0, 0);
   for (int i = 0; i < 4; i++) assert_true(buf[i] == want[i]);
@@ -608,7 +567,7 @@ static void test_graft_function_call__same_value_in_two_outputs(void **state) {
 static void test_graft_function_call__preallocated_output_written_in_place(void **state) {
   (void)state;
   counted c = {0, 4.0};
-  graft_function *f = make_function("inplace_out", affine_cb, &c, 1, 1);
+  graft_function *f = tu_function(g_rt, "inplace_out", affine_cb, &c, 1, 1, NULL);
   tu_rng rng = {0x3ULL};
   const int64_t s[] = {2, 5};
   double buf[10];
@@ -618,7 +577,7 @@ static void test_graft_function_call__preallocated_output_written_in_place(void 
   for (int k = 0; k < 3; k++) {
     graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 2, s, -1, 1)};
     graft_tensor *out[1] = {o};
-    assert_call_ok(f, 1, in, 1, out);
+    tu_assert_call_ok(f, 1, in, 1, out);
     assert_ptr_equal(out[0], o);
     assert_ptr_equal(graft_tensor_data(o), buf);
     for (int i = 0; i < 10; i++) {
@@ -646,14 +605,14 @@ static graft_status const_cb(graft_trace *t, int n_in, graft_value *const *in, i
 
 static void test_graft_function_call__no_inputs_constant_output(void **state) {
   (void)state;
-  graft_function *f = make_function("constant_out", const_cb, NULL, 0, 1);
+  graft_function *f = tu_function(g_rt, "constant_out", const_cb, NULL, 0, 1, NULL);
   for (int k = 0; k < 2; k++) {
     graft_tensor *out[1] = {NULL};
-    assert_call_ok(f, 0, NULL, 1, out);
+    tu_assert_call_ok(f, 0, NULL, 1, out);
     tu_assert_close(out[0], g_const_vals, 3, 0, 0);
     /* Writing the output must not change the next call's constant. */
     ((double *)graft_tensor_data(out[0]))[0] = 100;
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
   }
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
@@ -677,18 +636,18 @@ static graft_status chain_cb(graft_trace *t, int n_in, graft_value *const *in, i
 
 static void test_graft_function_call__long_chain_crosses_node_chunks(void **state) {
   (void)state;
-  graft_function *f = make_function("chain", chain_cb, NULL, 1, 2);
+  graft_function *f = tu_function(g_rt, "chain", chain_cb, NULL, 1, 2, NULL);
   const int64_t s[] = {3};
   const double x[] = {0.5, -1, 2};
   graft_tensor *in[1] = {NULL};
   assert_int_equal(graft_tensor_create(GRAFT_F64, 1, s, &in[0]), GRAFT_OK);
   memcpy(graft_tensor_data(in[0]), x, sizeof x);
   graft_tensor *out[2] = {NULL, NULL};
-  assert_call_ok(f, 1, in, 2, out);
+  tu_assert_call_ok(f, 1, in, 2, out);
   const double want[] = {0.5 + CHAIN, -1 + CHAIN, 2 + CHAIN}, want1[] = {1.5, 0, 3};
   tu_assert_close(out[0], want, 3, 0, 0);
   tu_assert_close(out[1], want1, 3, 0, 0);
-  destroy_outs(out, 2);
+  tu_destroy_outs(out, 2);
   graft_plan_stats st;
   assert_int_equal(graft_function_stats(f, &st), GRAFT_OK);
   assert_true(st.nodes >= 2 * CHAIN);
@@ -697,22 +656,6 @@ static void test_graft_function_call__long_chain_crosses_node_chunks(void **stat
 }
 
 /* ---- main ------------------------------------------------------------- */
-
-static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
-  g_sig_batch4.n = 1;
-  g_sig_batch4.dtypes = g_sig_dts;
-  g_sig_batch4.ranks = g_sig_ranks;
-  g_sig_batch4.shapes = g_sig_shapes;
-  return 0;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  graft_runtime_destroy(g_rt);
-  return 0;
-}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -732,5 +675,5 @@ int main(void) {
       cmocka_unit_test(test_graft_function_call__no_inputs_constant_output),
       cmocka_unit_test(test_graft_function_call__long_chain_crosses_node_chunks),
   };
-  return cmocka_run_group_tests_name("graph/function_cache", tests, group_setup, group_teardown);
+  return cmocka_run_group_tests_name("graph/function_cache", tests, tu_group_setup, tu_group_teardown);
 }
