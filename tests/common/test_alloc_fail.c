@@ -226,7 +226,7 @@ static int run_workload(long n) {
             {&v.b1, "b1", 1, {NH, 0}, B1},
             {&v.w2, "w2", 2, {NH, NO}, W2},
             {&v.b2, "b2", 1, {NO, 0}, B2}};
-  for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+  for (size_t i = 0; i < TU_N_OF(vs); i++) {
     graft_variable *var = SENTINEL;
     s = graft_variable_create(NULL, vs[i].name, GRAFT_F64, vs[i].rank, vs[i].dims, vs[i].init,
                               GRAFT_VAR_TRAINABLE, &var);

@@ -14,7 +14,7 @@
 
 #include "testutil.h"
 
-static graft_runtime *g_rt;
+TU_RUNTIME_GROUP();
 static graft_variable *g_var; /* f32 [3], for assign errors inside traces */
 
 /* A non-NULL pointer that graft must overwrite with NULL on failure. */
@@ -52,14 +52,6 @@ static int ci_contains(const char *hay, const char *needle) {
       fail_msg("message \"%s\" does not mention \"%s\"", am_m_, am_s_);           \
   } while (0)
 
-#define assert_status(got, want)                                                  \
-  do {                                                                            \
-    graft_status as_g_ = (got), as_w_ = (want);                                   \
-    if (as_g_ != as_w_)                                                           \
-      fail_msg("status %s (%d), want %s (%d)", graft_status_name(as_g_), (int)as_g_, \
-               graft_status_name(as_w_), (int)as_w_);                             \
-  } while (0)
-
 static graft_tensor *make_tensor(graft_dtype dt, int rank, const int64_t *shape, double fillv) {
   graft_tensor *t = NULL;
   assert_int_equal(graft_tensor_create(dt, rank, shape, &t), GRAFT_OK);
@@ -72,21 +64,6 @@ static graft_tensor *make_tensor(graft_dtype dt, int rank, const int64_t *shape,
     else ((int32_t *)d)[i] = (int32_t)fillv;
   }
   return t;
-}
-
-static graft_function *make_function(const char *name, graft_trace_fn fn, void *user,
-                                     int n_in, int n_out, const graft_signature *sig) {
-  graft_function_desc d = {0};
-  d.name = name;
-  d.trace = fn;
-  d.user = user;
-  d.n_inputs = n_in;
-  d.n_outputs = n_out;
-  d.signature = sig;
-  graft_function *f = NULL;
-  assert_int_equal(graft_function_create(g_rt, &d, &f), GRAFT_OK);
-  assert_non_null(f);
-  return f;
 }
 
 /* ---- trace-time op errors, table driven ------------------------------ */
@@ -368,7 +345,7 @@ static const op_case op_cases[] = {
     {"test_graft_assign__null_variable", F32(3), NONE, b_assign_null_var, GRAFT_EINVAL, {"assign"}},
     {"test_graft_assign__null_value", F32(3), NONE, b_assign_null_value, GRAFT_EINVAL, {"assign"}},
 };
-#define N_OP_CASES ((int)(sizeof(op_cases) / sizeof(op_cases[0])))
+#define N_OP_CASES ((int)TU_N_OF(op_cases))
 
 static graft_status op_case_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                                   graft_value **out, void *user) {
@@ -384,7 +361,7 @@ static void run_op_case(void **state) {
   graft_tensor *in[2] = {NULL, NULL};
   in[0] = make_tensor(c->a.dt, c->a.rank, c->a.dims, 1.0);
   if (n_in == 2) in[1] = make_tensor(c->b.dt, c->b.rank, c->b.dims, 1.0);
-  graft_function *f = make_function("errcase", op_case_trace, (void *)c, n_in, 1, NULL);
+  graft_function *f = tu_function(g_rt, "errcase", op_case_trace, (void *)c, n_in, 1, NULL);
   graft_tensor *out[1] = {NULL};
   graft_status s = graft_function_call(f, n_in, in, 1, out);
   const char *msg = graft_function_errmsg(f);
@@ -403,9 +380,10 @@ static void test_graft_matmul__message_names_trace(void **state) {
   (void)state;
   const int64_t sa[] = {256, 784}, sb[] = {100, 10};
   graft_tensor *in[2] = {make_tensor(GRAFT_F32, 2, sa, 0), make_tensor(GRAFT_F32, 2, sb, 0)};
-  graft_function *f = make_function("mlp_step", op_case_trace, (void *)&op_cases[0], 2, 1, NULL);
+  graft_function *f =
+      tu_function(g_rt, "mlp_step", op_case_trace, (void *)&op_cases[0], 2, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_ESHAPE);
+  tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_ESHAPE);
   assert_msg_has(graft_function_errmsg(f), "mlp_step");
   assert_msg_has(graft_function_errmsg(f), "inner");
   assert_null(out[0]);
@@ -445,14 +423,14 @@ static void test_graft_add__null_trace(void **state) {
   null_trace_obs o = {0};
   const int64_t s[] = {2, 2};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 2, s, 1.5)};
-  graft_function *f = make_function("nulltrace", null_trace_cb, &o, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "nulltrace", null_trace_cb, &o, 1, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_OK);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_OK);
   assert_true(o.exp_poison);
   assert_true(o.add_poison);
   assert_true(o.matmul_poison);
   assert_true(o.read_poison);
-  assert_status(o.status_after, GRAFT_OK);
+  tu_assert_status(o.status_after, GRAFT_OK);
   const double want[] = {3, 3, 3, 3};
   tu_assert_close(out[0], want, 4, 0, 0);
   graft_tensor_destroy(out[0]);
@@ -488,15 +466,15 @@ static void test_graft_add__value_from_another_trace(void **state) {
   (void)state;
   const int64_t s[] = {3};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 1, s, 2.0)};
-  graft_function *fa = make_function("trace_a", keep_value_cb, NULL, 1, 1, NULL);
+  graft_function *fa = tu_function(g_rt, "trace_a", keep_value_cb, NULL, 1, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(fa, 1, in, 1, out), GRAFT_OK);
+  tu_assert_status(graft_function_call(fa, 1, in, 1, out), GRAFT_OK);
   graft_tensor_destroy(out[0]);
   out[0] = NULL;
   assert_non_null(g_stale);
 
-  graft_function *fb = make_function("trace_b", use_stale_in_op_cb, NULL, 1, 1, NULL);
-  assert_status(graft_function_call(fb, 1, in, 1, out), GRAFT_EMISUSE);
+  graft_function *fb = tu_function(g_rt, "trace_b", use_stale_in_op_cb, NULL, 1, 1, NULL);
+  tu_assert_status(graft_function_call(fb, 1, in, 1, out), GRAFT_EMISUSE);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(fb), "add");
   graft_function_destroy(fb);
@@ -509,14 +487,14 @@ static void test_graft_function_call__output_from_another_trace(void **state) {
   (void)state;
   const int64_t s[] = {3};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 1, s, 2.0)};
-  graft_function *fa = make_function("trace_a", keep_value_cb, NULL, 1, 1, NULL);
+  graft_function *fa = tu_function(g_rt, "trace_a", keep_value_cb, NULL, 1, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(fa, 1, in, 1, out), GRAFT_OK);
+  tu_assert_status(graft_function_call(fa, 1, in, 1, out), GRAFT_OK);
   graft_tensor_destroy(out[0]);
   out[0] = NULL;
 
-  graft_function *fb = make_function("trace_b_out", use_stale_as_output_cb, NULL, 1, 1, NULL);
-  assert_status(graft_function_call(fb, 1, in, 1, out), GRAFT_EMISUSE);
+  graft_function *fb = tu_function(g_rt, "trace_b_out", use_stale_as_output_cb, NULL, 1, 1, NULL);
+  tu_assert_status(graft_function_call(fb, 1, in, 1, out), GRAFT_EMISUSE);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(fb), "trace_b_out");
   graft_function_destroy(fb);
@@ -559,15 +537,15 @@ static void test_graft_trace_status__sticky_first_error(void **state) {
   memset(&o, 0, sizeof o);
   const int64_t sa[] = {2, 3}, sb[] = {4, 5};
   graft_tensor *in[2] = {make_tensor(GRAFT_F32, 2, sa, 1), make_tensor(GRAFT_F32, 2, sb, 1)};
-  graft_function *f = make_function("sticky", sticky_cb, &o, 2, 1, NULL);
+  graft_function *f = tu_function(g_rt, "sticky", sticky_cb, &o, 2, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_ESHAPE);
+  tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_ESHAPE);
   assert_null(out[0]);
   assert_true(o.mm_poison);
   assert_true(o.add_on_poison_poison);
   assert_true(o.later_fail_poison);
-  assert_status(o.status_after_first, GRAFT_ESHAPE);
-  assert_status(o.status_after_all, GRAFT_ESHAPE);
+  tu_assert_status(o.status_after_first, GRAFT_ESHAPE);
+  tu_assert_status(o.status_after_all, GRAFT_ESHAPE);
   assert_msg_has(o.msg_after_first, "matmul");
   assert_string_equal(o.msg_after_all, o.msg_after_first);
   assert_null(strstr(o.msg_after_all, "reshape"));
@@ -593,9 +571,9 @@ static void test_graft_trace_fail__user_recorded_error(void **state) {
   (void)state;
   const int64_t s[] = {2};
   graft_tensor *in[1] = {make_tensor(GRAFT_F64, 1, s, 1)};
-  graft_function *f = make_function("userfail", user_fail_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "userfail", user_fail_cb, NULL, 1, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EUNSUPPORTED);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EUNSUPPORTED);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "custom check 7 failed");
   graft_function_destroy(f);
@@ -613,13 +591,13 @@ static void test_graft_function_call__callback_returns_error(void **state) {
   (void)state;
   const int64_t s[] = {2};
   graft_tensor *in[1] = {make_tensor(GRAFT_F64, 1, s, 1)};
-  graft_function *f = make_function("cb_returns_eio", return_error_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "cb_returns_eio", return_error_cb, NULL, 1, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EIO);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EIO);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "cb_returns_eio");
   /* Still fails the same way on the next call: nothing half-cached. */
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EIO);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EIO);
   assert_null(out[0]);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -636,9 +614,9 @@ static void test_graft_function_call__op_error_beats_callback_status(void **stat
   (void)state;
   const int64_t s[] = {2};
   graft_tensor *in[1] = {make_tensor(GRAFT_I32, 1, s, 4)};
-  graft_function *f = make_function("both_fail", op_error_and_return_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "both_fail", op_error_and_return_cb, NULL, 1, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EDTYPE);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EDTYPE);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "sqrt");
   graft_function_destroy(f);
@@ -657,9 +635,9 @@ static void test_graft_function_call__callback_leaves_output_null(void **state) 
   (void)state;
   const int64_t s[] = {2};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 1, s, 1)};
-  graft_function *f = make_function("half_done", leave_output_null_cb, NULL, 1, 2, NULL);
+  graft_function *f = tu_function(g_rt, "half_done", leave_output_null_cb, NULL, 1, 2, NULL);
   graft_tensor *out[2] = {NULL, NULL};
-  assert_status(graft_function_call(f, 1, in, 2, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 1, in, 2, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_null(out[1]);
   assert_msg_has(graft_function_errmsg(f), "half_done");
@@ -691,11 +669,11 @@ static void test_graft_function_call__reentrant_from_own_callback(void **state) 
   (void)state;
   const int64_t s[] = {2};
   reentry r = {NULL, make_tensor(GRAFT_F64, 1, s, 3.0), GRAFT_OK, NULL};
-  r.self = make_function("reentrant", reentrant_cb, &r, 1, 1, NULL);
+  r.self = tu_function(g_rt, "reentrant", reentrant_cb, &r, 1, 1, NULL);
   graft_tensor *in[1] = {r.x};
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(r.self, 1, in, 1, out), GRAFT_OK);
-  assert_status(r.inner, GRAFT_EMISUSE);
+  tu_assert_status(graft_function_call(r.self, 1, in, 1, out), GRAFT_OK);
+  tu_assert_status(r.inner, GRAFT_EMISUSE);
   assert_null(r.inner_out);
   const double want[] = {-3, -3};
   tu_assert_close(out[0], want, 2, 0, 0);
@@ -723,7 +701,7 @@ static graft_status add1_cb(graft_trace *t, int n_in, graft_value *const *in, in
 
 static void expect_create_fails(graft_runtime *rt, const graft_function_desc *d, graft_status want) {
   graft_function *f = SENTINEL_FUNCTION;
-  assert_status(graft_function_create(rt, d, &f), want);
+  tu_assert_status(graft_function_create(rt, d, &f), want);
   assert_null(f);
 }
 
@@ -803,7 +781,7 @@ static void test_graft_function_create__null_runtime_and_out(void **state) {
   (void)state;
   graft_function_desc d = {.name = "ok", .trace = neg_cb, .n_inputs = 1, .n_outputs = 1};
   expect_create_fails(NULL, &d, GRAFT_EINVAL);
-  assert_status(graft_function_create(g_rt, &d, NULL), GRAFT_EINVAL);
+  tu_assert_status(graft_function_create(g_rt, &d, NULL), GRAFT_EINVAL);
 }
 
 /* ---- graft_function_call argument checks ----------------------------- */
@@ -812,12 +790,12 @@ static void test_graft_function_call__wrong_input_count(void **state) {
   (void)state;
   const int64_t s[] = {2, 3};
   graft_tensor *in[2] = {make_tensor(GRAFT_F32, 2, s, 1), make_tensor(GRAFT_F32, 2, s, 1)};
-  graft_function *f = make_function("count_in", add1_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "count_in", add1_cb, NULL, 1, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "count_in");
-  assert_status(graft_function_call(f, 0, NULL, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 0, NULL, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_int_equal(graft_function_trace_count(f), 0);
   graft_function_destroy(f);
@@ -829,28 +807,28 @@ static void test_graft_function_call__wrong_output_count(void **state) {
   (void)state;
   const int64_t s[] = {2, 3};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 2, s, 1)};
-  graft_function *f = make_function("count_out", add1_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "count_out", add1_cb, NULL, 1, 1, NULL);
   graft_tensor *out[2] = {NULL, NULL};
-  assert_status(graft_function_call(f, 1, in, 2, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 1, in, 2, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_null(out[1]);
   assert_msg_has(graft_function_errmsg(f), "count_out");
-  assert_status(graft_function_call(f, 1, in, 0, NULL), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 1, in, 0, NULL), GRAFT_EINVAL);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
 }
 
 static void test_graft_function_call__null_input_tensor(void **state) {
   (void)state;
-  graft_function *f = make_function("null_in", add1_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "null_in", add1_cb, NULL, 1, 1, NULL);
   graft_tensor *in[1] = {NULL};
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "null_in");
-  assert_status(graft_function_call(f, 1, NULL, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 1, NULL, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
-  assert_status(graft_function_call(NULL, 1, in, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(NULL, 1, in, 1, out), GRAFT_EINVAL);
   graft_function_destroy(f);
 }
 
@@ -858,8 +836,8 @@ static void test_graft_function_call__null_output_array(void **state) {
   (void)state;
   const int64_t s[] = {2};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 1, s, 1)};
-  graft_function *f = make_function("null_outs", add1_cb, NULL, 1, 1, NULL);
-  assert_status(graft_function_call(f, 1, in, 1, NULL), GRAFT_EINVAL);
+  graft_function *f = tu_function(g_rt, "null_outs", add1_cb, NULL, 1, 1, NULL);
+  tu_assert_status(graft_function_call(f, 1, in, 1, NULL), GRAFT_EINVAL);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
 }
@@ -871,17 +849,17 @@ static const int64_t g_sig_s0[] = {-1, 4};
 static const int64_t *const g_sig_shapes[] = {g_sig_s0};
 
 static void expect_signature_reject(graft_dtype dt, int rank, const int64_t *shape, graft_status want) {
-  graft_function *f = make_function("sigcheck", add1_cb, NULL, 1, 1, &g_sig_f32_batch4);
+  graft_function *f = tu_function(g_rt, "sigcheck", add1_cb, NULL, 1, 1, &g_sig_f32_batch4);
   graft_tensor *in[1] = {make_tensor(dt, rank, shape, 1)};
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, out), want);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), want);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "sigcheck");
   assert_int_equal(graft_function_trace_count(f), 0);
   /* A matching input still works afterwards. */
   const int64_t ok[] = {3, 4};
   graft_tensor *good[1] = {make_tensor(GRAFT_F32, 2, ok, 2)};
-  assert_status(graft_function_call(f, 1, good, 1, out), GRAFT_OK);
+  tu_assert_status(graft_function_call(f, 1, good, 1, out), GRAFT_OK);
   assert_non_null(out[0]);
   assert_string_equal(graft_function_errmsg(f), "");
   const double want_v[12] = {3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
@@ -914,10 +892,10 @@ static void check_prealloc_reject(graft_dtype out_dt, int out_rank, const int64_
                                   graft_status want) {
   const int64_t s[] = {2, 3};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 2, s, 1)};
-  graft_function *f = make_function("prealloc", add1_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "prealloc", add1_cb, NULL, 1, 1, NULL);
   graft_tensor *o = make_tensor(out_dt, out_rank, out_shape, 7.0);
   graft_tensor *out[1] = {o};
-  assert_status(graft_function_call(f, 1, in, 1, out), want);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), want);
   assert_ptr_equal(out[0], o);
   assert_msg_has(graft_function_errmsg(f), "prealloc");
   /* The caller's tensor is left exactly as it was. */
@@ -927,7 +905,7 @@ static void check_prealloc_reject(graft_dtype out_dt, int out_rank, const int64_
   for (int64_t i = 0; i < graft_tensor_numel(o); i++) assert_true(tu_get(o, i) == 7.0);
   /* The function is still usable. */
   graft_tensor *fresh[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, fresh), GRAFT_OK);
+  tu_assert_status(graft_function_call(f, 1, in, 1, fresh), GRAFT_OK);
   const double want_v[] = {2, 2, 2, 2, 2, 2};
   tu_assert_close(fresh[0], want_v, 6, 0, 0);
   graft_tensor_destroy(fresh[0]);
@@ -958,12 +936,12 @@ static void test_graft_function_errmsg__cleared_after_success(void **state) {
   (void)state;
   const int64_t s[] = {2};
   graft_tensor *in[1] = {make_tensor(GRAFT_F32, 1, s, 1)};
-  graft_function *f = make_function("clears", add1_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "clears", add1_cb, NULL, 1, 1, NULL);
   assert_string_equal(graft_function_errmsg(f), "");
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 0, NULL, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 0, NULL, 1, out), GRAFT_EINVAL);
   assert_true(strlen(graft_function_errmsg(f)) > 0);
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_OK);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_OK);
   assert_string_equal(graft_function_errmsg(f), "");
   graft_tensor_destroy(out[0]);
   graft_function_destroy(f);
@@ -972,15 +950,15 @@ static void test_graft_function_errmsg__cleared_after_success(void **state) {
 
 static void test_graft_function_write_dot__before_trace(void **state) {
   (void)state;
-  graft_function *f = make_function("untraced", add1_cb, NULL, 1, 1, NULL);
+  graft_function *f = tu_function(g_rt, "untraced", add1_cb, NULL, 1, 1, NULL);
   FILE *fp = tmpfile();
   assert_non_null(fp);
-  assert_status(graft_function_write_dot(f, fp), GRAFT_EMISUSE);
-  assert_status(graft_function_write_dot(NULL, fp), GRAFT_EINVAL);
+  tu_assert_status(graft_function_write_dot(f, fp), GRAFT_EMISUSE);
+  tu_assert_status(graft_function_write_dot(NULL, fp), GRAFT_EINVAL);
   fclose(fp);
   graft_plan_stats st;
-  assert_status(graft_function_stats(f, &st), GRAFT_EMISUSE);
-  assert_status(graft_function_stats(f, NULL), GRAFT_EINVAL);
+  tu_assert_status(graft_function_stats(f, &st), GRAFT_EMISUSE);
+  tu_assert_status(graft_function_stats(f, NULL), GRAFT_EINVAL);
   graft_function_destroy(f);
 }
 
@@ -997,14 +975,14 @@ static void check_bad_label(int32_t bad) {
   const int64_t sl[] = {4, 3}, sy[] = {4};
   graft_tensor *in[2] = {make_tensor(GRAFT_F32, 2, sl, 0.25), make_tensor(GRAFT_I32, 1, sy, 1)};
   ((int32_t *)graft_tensor_data(in[1]))[2] = bad;
-  graft_function *f = make_function("xent_labels", xent_cb, NULL, 2, 1, NULL);
+  graft_function *f = tu_function(g_rt, "xent_labels", xent_cb, NULL, 2, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "softmax_cross_entropy");
   /* Fixing the label makes the same plan succeed: the runtime and function survive. */
   ((int32_t *)graft_tensor_data(in[1]))[2] = 2;
-  assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_OK);
+  tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_OK);
   const double want = log(3.0);
   tu_assert_close(out[0], &want, 1, 1e-6, 1e-6);
   assert_int_equal(graft_function_trace_count(f), 1);
@@ -1030,7 +1008,7 @@ static void test_graft_tensor_create__negative_dim(void **state) {
   (void)state;
   const int64_t s[] = {2, -1};
   graft_tensor *t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_create(GRAFT_F32, 2, s, &t), GRAFT_EINVAL);
+  tu_assert_status(graft_tensor_create(GRAFT_F32, 2, s, &t), GRAFT_EINVAL);
   assert_null(t);
 }
 
@@ -1038,10 +1016,10 @@ static void test_graft_tensor_create__rank_above_max(void **state) {
   (void)state;
   const int64_t s[GRAFT_MAX_RANK + 1] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   graft_tensor *t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_create(GRAFT_F32, GRAFT_MAX_RANK + 1, s, &t), GRAFT_EINVAL);
+  tu_assert_status(graft_tensor_create(GRAFT_F32, GRAFT_MAX_RANK + 1, s, &t), GRAFT_EINVAL);
   assert_null(t);
   t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_create(GRAFT_F32, -1, s, &t), GRAFT_EINVAL);
+  tu_assert_status(graft_tensor_create(GRAFT_F32, -1, s, &t), GRAFT_EINVAL);
   assert_null(t);
 }
 
@@ -1049,10 +1027,10 @@ static void test_graft_tensor_create__bad_dtype(void **state) {
   (void)state;
   const int64_t s[] = {2};
   graft_tensor *t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_create((graft_dtype)3, 1, s, &t), GRAFT_EDTYPE);
+  tu_assert_status(graft_tensor_create((graft_dtype)3, 1, s, &t), GRAFT_EDTYPE);
   assert_null(t);
   t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_create((graft_dtype)-1, 1, s, &t), GRAFT_EDTYPE);
+  tu_assert_status(graft_tensor_create((graft_dtype)-1, 1, s, &t), GRAFT_EDTYPE);
   assert_null(t);
   assert_int_equal(graft_dtype_size((graft_dtype)3), 0);
   assert_string_equal(graft_dtype_name((graft_dtype)3), "?");
@@ -1061,9 +1039,9 @@ static void test_graft_tensor_create__bad_dtype(void **state) {
 static void test_graft_tensor_create__null_out_and_shape(void **state) {
   (void)state;
   const int64_t s[] = {2};
-  assert_status(graft_tensor_create(GRAFT_F32, 1, s, NULL), GRAFT_EINVAL);
+  tu_assert_status(graft_tensor_create(GRAFT_F32, 1, s, NULL), GRAFT_EINVAL);
   graft_tensor *t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_create(GRAFT_F32, 2, NULL, &t), GRAFT_EINVAL);
+  tu_assert_status(graft_tensor_create(GRAFT_F32, 2, NULL, &t), GRAFT_EINVAL);
   assert_null(t);
 }
 
@@ -1082,23 +1060,23 @@ static void test_graft_tensor_wrap__null_data_nonzero_size(void **state) {
   (void)state;
   const int64_t s[] = {2, 3};
   graft_tensor *t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_wrap(GRAFT_F32, 2, s, NULL, &t), GRAFT_EINVAL);
+  tu_assert_status(graft_tensor_wrap(GRAFT_F32, 2, s, NULL, &t), GRAFT_EINVAL);
   assert_null(t);
   /* Zero elements: NULL data is allowed. */
   const int64_t z[] = {0, 3};
   t = NULL;
-  assert_status(graft_tensor_wrap(GRAFT_F32, 2, z, NULL, &t), GRAFT_OK);
+  tu_assert_status(graft_tensor_wrap(GRAFT_F32, 2, z, NULL, &t), GRAFT_OK);
   assert_non_null(t);
   assert_int_equal(graft_tensor_numel(t), 0);
   graft_tensor_destroy(t);
   /* Bad dtype and negative dim are refused as in create. */
   float buf[6];
   t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_wrap((graft_dtype)9, 2, s, buf, &t), GRAFT_EDTYPE);
+  tu_assert_status(graft_tensor_wrap((graft_dtype)9, 2, s, buf, &t), GRAFT_EDTYPE);
   assert_null(t);
   const int64_t neg[] = {-2, 3};
   t = SENTINEL_TENSOR;
-  assert_status(graft_tensor_wrap(GRAFT_F32, 2, neg, buf, &t), GRAFT_EINVAL);
+  tu_assert_status(graft_tensor_wrap(GRAFT_F32, 2, neg, buf, &t), GRAFT_EINVAL);
   assert_null(t);
 }
 
@@ -1127,7 +1105,7 @@ static const env_case env_cases[] = {
     {"test_graft_runtime_create__env_topology_xml_missing", "GRAFT_TOPOLOGY",
      "xml:/nonexistent/graft-test/topo.xml", "/nonexistent/graft-test/topo.xml", GRAFT_EIO},
 };
-#define N_ENV_CASES ((int)(sizeof(env_cases) / sizeof(env_cases[0])))
+#define N_ENV_CASES ((int)TU_N_OF(env_cases))
 
 static void run_env_case(void **state) {
   const env_case *c = *state;
@@ -1154,9 +1132,9 @@ static void run_env_case(void **state) {
   if (s2 == GRAFT_OK) graft_runtime_destroy(rt2);
 
   graft_status want = c->want;
-  assert_status(s1, want);
+  tu_assert_status(s1, want);
   assert_null(rt1);
-  assert_status(s2, want);
+  tu_assert_status(s2, want);
   assert_null(rt2);
   assert_msg_has(err, c->var);
   if (c->sub) assert_msg_has(err, c->sub);
@@ -1182,21 +1160,21 @@ static const opts_case opts_cases[] = {
     {"test_graft_runtime_create__opts_topology_xml_missing",
      {.topology = "xml:/nonexistent/graft-test/topo.xml"}, GRAFT_EIO, "topo"},
 };
-#define N_OPTS_CASES ((int)(sizeof(opts_cases) / sizeof(opts_cases[0])))
+#define N_OPTS_CASES ((int)TU_N_OF(opts_cases))
 
 static void run_opts_case(void **state) {
   const opts_case *c = *state;
   graft_runtime *rt = SENTINEL_RUNTIME;
   graft_status s1 = graft_runtime_create(&c->opts, &rt);
   if (s1 == GRAFT_OK) graft_runtime_destroy(rt);
-  assert_status(s1, c->want);
+  tu_assert_status(s1, c->want);
   assert_null(rt);
   char err[512];
   memset(err, 0, sizeof err);
   rt = SENTINEL_RUNTIME;
   graft_status s2 = graft_runtime_create_ex(&c->opts, &rt, err, sizeof err);
   if (s2 == GRAFT_OK) graft_runtime_destroy(rt);
-  assert_status(s2, c->want);
+  tu_assert_status(s2, c->want);
   assert_null(rt);
   assert_msg_has_ci(err, c->sub);
   /* The value came from opts, not from the environment: the message must
@@ -1213,19 +1191,19 @@ static void test_graft_runtime_create_ex__errbuf_truncated(void **state) {
   char buf[16];
   memset(buf, 'Z', sizeof buf);
   graft_runtime *rt = SENTINEL_RUNTIME;
-  assert_status(graft_runtime_create_ex(&o, &rt, buf, 8), GRAFT_EINVAL);
+  tu_assert_status(graft_runtime_create_ex(&o, &rt, buf, 8), GRAFT_EINVAL);
   assert_null(rt);
   assert_true(memchr(buf, '\0', 8) != NULL);
   for (int i = 8; i < 16; i++) assert_int_equal(buf[i], 'Z');
   /* No buffer at all is fine too. */
   rt = SENTINEL_RUNTIME;
-  assert_status(graft_runtime_create_ex(&o, &rt, NULL, 0), GRAFT_EINVAL);
+  tu_assert_status(graft_runtime_create_ex(&o, &rt, NULL, 0), GRAFT_EINVAL);
   assert_null(rt);
 }
 
 static void test_graft_runtime_create__null_out(void **state) {
   (void)state;
-  assert_status(graft_runtime_create(NULL, NULL), GRAFT_EINVAL);
+  tu_assert_status(graft_runtime_create(NULL, NULL), GRAFT_EINVAL);
 }
 
 /* ---- variables -------------------------------------------------------- */
@@ -1234,7 +1212,7 @@ static void test_graft_variable_create__negative_dim(void **state) {
   (void)state;
   const int64_t s[] = {3, -4};
   graft_variable *v = SENTINEL_VARIABLE;
-  assert_status(graft_variable_create(NULL, "neg", GRAFT_F32, 2, s, NULL, 0, &v), GRAFT_EINVAL);
+  tu_assert_status(graft_variable_create(NULL, "neg", GRAFT_F32, 2, s, NULL, 0, &v), GRAFT_EINVAL);
   assert_null(v);
 }
 
@@ -1242,13 +1220,15 @@ static void test_graft_variable_create__bad_rank_dtype_out(void **state) {
   (void)state;
   const int64_t s[GRAFT_MAX_RANK + 1] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   graft_variable *v = SENTINEL_VARIABLE;
-  assert_status(graft_variable_create(NULL, "r9", GRAFT_F32, GRAFT_MAX_RANK + 1, s, NULL, 0, &v),
+  tu_assert_status(graft_variable_create(NULL, "r9", GRAFT_F32, GRAFT_MAX_RANK + 1, s, NULL, 0, &v),
                 GRAFT_EINVAL);
   assert_null(v);
   v = SENTINEL_VARIABLE;
-  assert_status(graft_variable_create(NULL, "dt", (graft_dtype)5, 1, s, NULL, 0, &v), GRAFT_EDTYPE);
+  tu_assert_status(graft_variable_create(NULL, "dt", (graft_dtype)5, 1, s, NULL, 0, &v),
+                   GRAFT_EDTYPE);
   assert_null(v);
-  assert_status(graft_variable_create(NULL, "noout", GRAFT_F32, 1, s, NULL, 0, NULL), GRAFT_EINVAL);
+  tu_assert_status(graft_variable_create(NULL, "noout", GRAFT_F32, 1, s, NULL, 0, NULL),
+                   GRAFT_EINVAL);
 }
 
 static void test_graft_variable_set__mismatch(void **state) {
@@ -1256,13 +1236,13 @@ static void test_graft_variable_set__mismatch(void **state) {
   const float init[] = {1, 2, 3};
   const int64_t s3[] = {3}, s4[] = {4};
   graft_variable *v = NULL;
-  assert_status(graft_variable_create(NULL, "setme", GRAFT_F32, 1, s3, init, 0, &v), GRAFT_OK);
+  tu_assert_status(graft_variable_create(NULL, "setme", GRAFT_F32, 1, s3, init, 0, &v), GRAFT_OK);
   graft_tensor *wrong_shape = make_tensor(GRAFT_F32, 1, s4, 9);
   graft_tensor *wrong_dtype = make_tensor(GRAFT_F64, 1, s3, 9);
-  assert_status(graft_variable_set(v, wrong_shape), GRAFT_ESHAPE);
-  assert_status(graft_variable_set(v, wrong_dtype), GRAFT_EDTYPE);
-  assert_status(graft_variable_set(v, NULL), GRAFT_EINVAL);
-  assert_status(graft_variable_set(NULL, wrong_shape), GRAFT_EINVAL);
+  tu_assert_status(graft_variable_set(v, wrong_shape), GRAFT_ESHAPE);
+  tu_assert_status(graft_variable_set(v, wrong_dtype), GRAFT_EDTYPE);
+  tu_assert_status(graft_variable_set(v, NULL), GRAFT_EINVAL);
+  tu_assert_status(graft_variable_set(NULL, wrong_shape), GRAFT_EINVAL);
   const double want[] = {1, 2, 3};
   tu_assert_close(graft_variable_value(v), want, 3, 0, 0);
   graft_tensor_destroy(wrong_shape);
@@ -1282,18 +1262,19 @@ static void test_graft_function_call__variable_destroyed(void **state) {
   const double init[] = {1, 2};
   const int64_t s[] = {2};
   graft_variable *v = NULL;
-  assert_status(graft_variable_create(NULL, "doomed_var", GRAFT_F64, 1, s, init, 0, &v), GRAFT_OK);
-  graft_function *f = make_function("uses_doomed", read_var_cb, v, 1, 1, NULL);
+  tu_assert_status(graft_variable_create(NULL, "doomed_var", GRAFT_F64, 1, s, init, 0, &v),
+                   GRAFT_OK);
+  graft_function *f = tu_function(g_rt, "uses_doomed", read_var_cb, v, 1, 1, NULL);
   graft_tensor *in[1] = {make_tensor(GRAFT_F64, 1, s, 10)};
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_OK);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_OK);
   const double want[] = {11, 12};
   tu_assert_close(out[0], want, 2, 0, 0);
   graft_tensor_destroy(out[0]);
   out[0] = NULL;
 
   graft_variable_destroy(v);
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EMISUSE);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EMISUSE);
   assert_null(out[0]);
   assert_msg_has(graft_function_errmsg(f), "doomed_var");
   graft_function_destroy(f);
@@ -1314,7 +1295,7 @@ static void test_graft_status_str__every_code_distinct(void **state) {
       GRAFT_STATUS_MAP(NAME_)
 #undef NAME_
   };
-  const int n = (int)(sizeof(codes) / sizeof(codes[0]));
+  const int n = (int)TU_N_OF(codes);
   assert_int_equal(n, 11);
   for (int i = 0; i < n; i++) {
     const char *s = graft_status_str(codes[i]), *nm = graft_status_name(codes[i]);
@@ -1346,8 +1327,7 @@ static void test_graft_destroy__null_is_noop(void **state) {
 /* ---- main ------------------------------------------------------------- */
 
 static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
+  tu_group_setup(state);
   const int64_t s[] = {3};
   if (graft_variable_create(NULL, "err_var", GRAFT_F32, 1, s, NULL, 0, &g_var) != GRAFT_OK) return -1;
   g_sig_f32_batch4.n = 1;
@@ -1358,10 +1338,8 @@ static int group_setup(void **state) {
 }
 
 static int group_teardown(void **state) {
-  (void)state;
   graft_variable_destroy(g_var);
-  graft_runtime_destroy(g_rt);
-  return 0;
+  return tu_group_teardown(state);
 }
 
 static const struct CMUnitTest fixed_tests[] = {
@@ -1414,12 +1392,11 @@ static const struct CMUnitTest fixed_tests[] = {
     cmocka_unit_test(test_graft_status_str__every_code_distinct),
     cmocka_unit_test(test_graft_destroy__null_is_noop),
 };
-#define N_FIXED ((int)(sizeof(fixed_tests) / sizeof(fixed_tests[0])))
+#define N_FIXED ((int)TU_N_OF(fixed_tests))
 
 int main(void) {
-  struct CMUnitTest all[sizeof(op_cases) / sizeof(op_cases[0]) + sizeof(env_cases) / sizeof(env_cases[0]) +
-                        sizeof(opts_cases) / sizeof(opts_cases[0]) +
-                        sizeof(fixed_tests) / sizeof(fixed_tests[0])];
+  struct CMUnitTest
+      all[TU_N_OF(op_cases) + TU_N_OF(env_cases) + TU_N_OF(opts_cases) + TU_N_OF(fixed_tests)];
   int k = 0;
   for (int i = 0; i < N_OP_CASES; i++) {
     struct CMUnitTest u = {op_cases[i].test_name, run_op_case, NULL, NULL, (void *)&op_cases[i]};

@@ -109,7 +109,7 @@ static void test_graft_function_call__new_shape_or_dtype_retraces(void **state) 
     graft_tensor *x;
     int traces_after;
   } seq[] = {{a, 1}, {a, 1}, {b, 2}, {a, 2}, {b, 2}, {a32, 3}, {a, 3}};
-  for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+  for (size_t i = 0; i < TU_N_OF(seq); i++) {
     graft_tensor *in[1] = {seq[i].x};
     tu_assert_call_ok(f, 1, in, 1, out);
     check_affine(seq[i].x, out[0], -0.5);
@@ -186,10 +186,7 @@ static const int g_sig_ranks[] = {2};
 static const int64_t g_sig_s0[] = {-1, 4};
 static const int64_t *const g_sig_shapes[] = {g_sig_s0};
 static const graft_signature g_sig_batch4 = {/* f64 [-1,4] */
-                                             .n = 1,
-                                             .dtypes = g_sig_dts,
-                                             .ranks = g_sig_ranks,
-                                             .shapes = g_sig_shapes};
+    .n = 1, .dtypes = g_sig_dts, .ranks = g_sig_ranks, .shapes = g_sig_shapes};
 
 static void test_graft_function_call__symbolic_batch_dim_one_trace(void **state) {
   (void)state;
@@ -477,7 +474,7 @@ static void test_graft_function_write_dot__digraph_with_op_names(void **state) {
   char *text = read_all(fp);
   fclose(fp);
   const char *want[] = {"digraph", "matmul", "relu", "add", "exp", "dashed", "dot_w", "}"};
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+  for (size_t i = 0; i < TU_N_OF(want); i++)
     if (strstr(text, want[i]) == NULL) fail_msg("DOT lacks \"%s\":\n%s", want[i], text);
   free(text);
   graft_function_destroy(f);
@@ -675,5 +672,6 @@ int main(void) {
       cmocka_unit_test(test_graft_function_call__no_inputs_constant_output),
       cmocka_unit_test(test_graft_function_call__long_chain_crosses_node_chunks),
   };
-  return cmocka_run_group_tests_name("graph/function_cache", tests, tu_group_setup, tu_group_teardown);
+  return cmocka_run_group_tests_name("graph/function_cache", tests, tu_group_setup,
+                                     tu_group_teardown);
 }

@@ -12,23 +12,7 @@
 
 #include "testutil.h"
 
-static graft_runtime *g_rt;
-
-#define assert_status(got, want)                                                  \
-  do {                                                                            \
-    graft_status as_g_ = (got), as_w_ = (want);                                   \
-    if (as_g_ != as_w_)                                                           \
-      fail_msg("status %s (%d), want %s (%d)", graft_status_name(as_g_), (int)as_g_, \
-               graft_status_name(as_w_), (int)as_w_);                             \
-  } while (0)
-
-/* Call f and fail with its message unless it succeeds. */
-#define assert_call_ok(f, n_in, in, n_out, out)                                   \
-  do {                                                                            \
-    graft_status ac_s_ = graft_function_call((f), (n_in), (in), (n_out), (out));  \
-    if (ac_s_ != GRAFT_OK)                                                        \
-      fail_msg("call failed: %s: %s", graft_status_name(ac_s_), graft_function_errmsg(f)); \
-  } while (0)
+TU_RUNTIME_GROUP();
 
 static graft_variable *make_var(const char *name, graft_dtype dt, int rank, const int64_t *shape,
                                 const void *init) {
@@ -37,33 +21,6 @@ static graft_variable *make_var(const char *name, graft_dtype dt, int rank, cons
                    GRAFT_OK);
   assert_non_null(v);
   return v;
-}
-
-static graft_function *make_function(const char *name, graft_trace_fn fn, void *user, int n_in,
-                                     int n_out) {
-  graft_function_desc d = {0};
-  d.name = name;
-  d.trace = fn;
-  d.user = user;
-  d.n_inputs = n_in;
-  d.n_outputs = n_out;
-  graft_function *f = NULL;
-  assert_int_equal(graft_function_create(g_rt, &d, &f), GRAFT_OK);
-  return f;
-}
-
-static graft_tensor *tensor_f64(int rank, const int64_t *shape, const double *vals) {
-  graft_tensor *t = NULL;
-  assert_int_equal(graft_tensor_create(GRAFT_F64, rank, shape, &t), GRAFT_OK);
-  if (vals) memcpy(graft_tensor_data(t), vals, (size_t)graft_tensor_numel(t) * sizeof(double));
-  return t;
-}
-
-static void destroy_outs(graft_tensor **out, int n) {
-  for (int i = 0; i < n; i++) {
-    graft_tensor_destroy(out[i]);
-    out[i] = NULL;
-  }
 }
 
 /* ---- visible to the next call without retracing ---------------------- */
@@ -88,15 +45,15 @@ static void test_graft_assign_add__visible_to_next_call_without_retrace(void **s
   const int64_t s[] = {3};
   const double init[] = {1, 2, 3}, ones[] = {1, 1, 1};
   graft_variable *v = make_var("acc", GRAFT_F64, 1, s, init);
-  graft_function *f = make_function("acc_step", double_then_add_cb, v, 1, 1);
-  graft_tensor *in[1] = {tensor_f64(1, s, ones)};
+  graft_function *f = tu_function(g_rt, "acc_step", double_then_add_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, s, ones)};
   graft_tensor *out[1] = {NULL};
   double cur[3] = {1, 2, 3};
   for (int call = 0; call < 4; call++) {
-    assert_call_ok(f, 1, in, 1, out);
+    tu_assert_call_ok(f, 1, in, 1, out);
     const double want[] = {2 * cur[0], 2 * cur[1], 2 * cur[2]};
     tu_assert_close(out[0], want, 3, 0, 0);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
     for (int i = 0; i < 3; i++) cur[i] += 1;
     tu_assert_close(graft_variable_value(v), cur, 3, 0, 0);
   }
@@ -136,17 +93,17 @@ static void test_graft_read__after_assign_returns_new_value(void **state) {
   const double init[] = {1, 2, 3, 4}, x[] = {10, 20, 30, 40};
   read_obs o = {0};
   o.v = make_var("rar", GRAFT_F64, 2, s, init);
-  graft_function *f = make_function("read_assign_read", read_assign_read_cb, &o, 1, 2);
-  graft_tensor *in[1] = {tensor_f64(2, s, x)};
+  graft_function *f = tu_function(g_rt, "read_assign_read", read_assign_read_cb, &o, 1, 2, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 2, s, x)};
   graft_tensor *out[2] = {NULL, NULL};
-  assert_call_ok(f, 1, in, 2, out);
+  tu_assert_call_ok(f, 1, in, 2, out);
   assert_true(o.same_before_assign);
   assert_true(o.new_after_assign);
   assert_true(o.assign_returns_current);
   tu_assert_close(out[0], init, 4, 0, 0);
   tu_assert_close(out[1], x, 4, 0, 0);
   tu_assert_close(graft_variable_value(o.v), x, 4, 0, 0);
-  destroy_outs(out, 2);
+  tu_destroy_outs(out, 2);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
   graft_variable_destroy(o.v);
@@ -169,19 +126,19 @@ static void test_graft_assign__earlier_read_keeps_old_value(void **state) {
   const int64_t s[] = {3};
   const double init[] = {1, 2, 3}, x[] = {-5, -6, -7};
   graft_variable *v = make_var("war", GRAFT_F64, 1, s, init);
-  graft_function *f = make_function("late_read_use", late_use_of_read_cb, v, 1, 1);
-  graft_tensor *in[1] = {tensor_f64(1, s, x)};
+  graft_function *f = tu_function(g_rt, "late_read_use", late_use_of_read_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, s, x)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   const double want[] = {2, 4, 6};
   tu_assert_close(out[0], want, 3, 0, 0);
   tu_assert_close(graft_variable_value(v), x, 3, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   /* The next call reads the committed value. */
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   const double want2[] = {-10, -12, -14};
   tu_assert_close(out[0], want2, 3, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -202,17 +159,17 @@ static void test_graft_assign_sub__decrements_and_returns_new_value(void **state
   const int64_t s[] = {2, 3};
   const double init[] = {10, 20, 30, 40, 50, 60}, d[] = {1, 2, 3, 4, 5, 6};
   graft_variable *v = make_var("dec", GRAFT_F64, 2, s, init);
-  graft_function *f = make_function("dec_step", assign_sub_cb, v, 1, 1);
-  graft_tensor *in[1] = {tensor_f64(2, s, d)};
+  graft_function *f = tu_function(g_rt, "dec_step", assign_sub_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 2, s, d)};
   graft_tensor *out[1] = {NULL};
   double cur[6];
   memcpy(cur, init, sizeof cur);
   for (int call = 0; call < 3; call++) {
-    assert_call_ok(f, 1, in, 1, out);
+    tu_assert_call_ok(f, 1, in, 1, out);
     for (int i = 0; i < 6; i++) cur[i] -= d[i];
     tu_assert_close(out[0], cur, 6, 0, 0);
     tu_assert_close(graft_variable_value(v), cur, 6, 0, 0);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
   }
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
@@ -233,14 +190,14 @@ static void test_graft_assign_add__broadcast_delta(void **state) {
   const int64_t s[] = {2, 3}, sr[] = {3};
   const double init[] = {0, 1, 2, 3, 4, 5}, row[] = {100, 200, 300};
   graft_variable *v = make_var("bias_grid", GRAFT_F64, 2, s, init);
-  graft_function *f = make_function("add_row", assign_add_row_cb, v, 1, 1);
-  graft_tensor *in[1] = {tensor_f64(1, sr, row)};
+  graft_function *f = tu_function(g_rt, "add_row", assign_add_row_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, sr, row)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   const double want[] = {100, 201, 302, 103, 204, 305};
   tu_assert_close(out[0], want, 6, 0, 0);
   tu_assert_close(graft_variable_value(v), want, 6, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
   graft_variable_destroy(v);
@@ -261,14 +218,14 @@ static void test_graft_assign__scalar_broadcasts_to_variable(void **state) {
   const int64_t s[] = {2, 2};
   const float init[] = {1, 2, 3, 4};
   graft_variable *v = make_var("halves", GRAFT_F32, 2, s, init);
-  graft_function *f = make_function("set_half", assign_scalar_cb, v, 0, 1);
+  graft_function *f = tu_function(g_rt, "set_half", assign_scalar_cb, v, 0, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 0, NULL, 1, out);
+  tu_assert_call_ok(f, 0, NULL, 1, out);
   const double want_out[] = {-0.5, -0.5, -0.5, -0.5}, want_v[] = {0.5, 0.5, 0.5, 0.5};
   tu_assert_close(out[0], want_out, 4, 0, 0);
   assert_int_equal(graft_tensor_dtype(out[0]), GRAFT_F32);
   tu_assert_close(graft_variable_value(v), want_v, 4, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   graft_function_destroy(f);
   graft_variable_destroy(v);
 }
@@ -287,15 +244,15 @@ static void test_graft_assign_add__i32_counter(void **state) {
   assert_int_equal(graft_tensor_dtype(graft_variable_value(v)), GRAFT_I32);
   assert_int_equal(graft_tensor_numel(graft_variable_value(v)), 1);
   assert_true(tu_get(graft_variable_value(v), 0) == 0);
-  graft_function *f = make_function("count", counter_cb, v, 0, 1);
+  graft_function *f = tu_function(g_rt, "count", counter_cb, v, 0, 1, NULL);
   graft_tensor *out[1] = {NULL};
   for (int call = 1; call <= 5; call++) {
-    assert_call_ok(f, 0, NULL, 1, out);
+    tu_assert_call_ok(f, 0, NULL, 1, out);
     assert_int_equal(graft_tensor_dtype(out[0]), GRAFT_I32);
     assert_int_equal(graft_tensor_rank(out[0]), 0);
     assert_int_equal(((int32_t *)graft_tensor_data(out[0]))[0], call);
     assert_int_equal(((const int32_t *)graft_tensor_data(graft_variable_value(v)))[0], call);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
   }
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
@@ -321,21 +278,21 @@ static void test_graft_assign__swap_two_variables(void **state) {
   const int64_t s[] = {4};
   const double ia[] = {1, 2, 3, 4}, ib[] = {-1, -2, -3, -4};
   vars2 p = {make_var("swap_a", GRAFT_F64, 1, s, ia), make_var("swap_b", GRAFT_F64, 1, s, ib)};
-  graft_function *f = make_function("swap", swap_cb, &p, 0, 1);
+  graft_function *f = tu_function(g_rt, "swap", swap_cb, &p, 0, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 0, NULL, 1, out);
+  tu_assert_call_ok(f, 0, NULL, 1, out);
   const double d1[] = {2, 4, 6, 8};
   tu_assert_close(out[0], d1, 4, 0, 0);
   tu_assert_close(graft_variable_value(p.a), ib, 4, 0, 0);
   tu_assert_close(graft_variable_value(p.b), ia, 4, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   /* Swapping again restores them, without a retrace. */
-  assert_call_ok(f, 0, NULL, 1, out);
+  tu_assert_call_ok(f, 0, NULL, 1, out);
   const double d2[] = {-2, -4, -6, -8};
   tu_assert_close(out[0], d2, 4, 0, 0);
   tu_assert_close(graft_variable_value(p.a), ia, 4, 0, 0);
   tu_assert_close(graft_variable_value(p.b), ib, 4, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
   graft_variable_destroy(p.a);
@@ -358,13 +315,13 @@ static void test_graft_assign__read_after_assign_in_chain(void **state) {
   const int64_t s[] = {2};
   const double ia[] = {1, 2}, ib[] = {7, 8};
   vars2 p = {make_var("chain_a", GRAFT_F64, 1, s, ia), make_var("chain_b", GRAFT_F64, 1, s, ib)};
-  graft_function *f = make_function("chain", copy_chain_cb, &p, 0, 1);
+  graft_function *f = tu_function(g_rt, "chain", copy_chain_cb, &p, 0, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 0, NULL, 1, out);
+  tu_assert_call_ok(f, 0, NULL, 1, out);
   tu_assert_close(out[0], ib, 2, 0, 0);
   tu_assert_close(graft_variable_value(p.a), ib, 2, 0, 0);
   tu_assert_close(graft_variable_value(p.b), ib, 2, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   graft_function_destroy(f);
   graft_variable_destroy(p.a);
   graft_variable_destroy(p.b);
@@ -387,14 +344,14 @@ static void test_graft_assign__twice_in_one_trace(void **state) {
   const int64_t s[] = {3};
   const double init[] = {9, 9, 9};
   graft_variable *v = make_var("twice", GRAFT_F64, 1, s, init);
-  graft_function *f = make_function("two_assigns", two_assigns_cb, v, 0, 2);
+  graft_function *f = tu_function(g_rt, "two_assigns", two_assigns_cb, v, 0, 2, NULL);
   graft_tensor *out[2] = {NULL, NULL};
-  assert_call_ok(f, 0, NULL, 2, out);
+  tu_assert_call_ok(f, 0, NULL, 2, out);
   const double three[] = {3, 3, 3}, one[] = {1, 1, 1};
   tu_assert_close(out[0], three, 3, 0, 0);
   tu_assert_close(out[1], one, 3, 0, 0);
   tu_assert_close(graft_variable_value(v), three, 3, 0, 0);
-  destroy_outs(out, 2);
+  tu_destroy_outs(out, 2);
   graft_function_destroy(f);
   graft_variable_destroy(v);
 }
@@ -416,28 +373,29 @@ static void test_graft_function_call__failure_after_assign_leaves_variable(void 
   const int64_t sv[] = {3}, sl[] = {2, 3}, sy[] = {2};
   const double init[] = {1, 2, 3}, dx[] = {10, 10, 10}, logits[] = {0, 0, 0, 0, 0, 0};
   graft_variable *v = make_var("staged", GRAFT_F64, 1, sv, init);
-  graft_function *f = make_function("assign_then_xent", assign_then_xent_cb, v, 3, 1);
+  graft_function *f = tu_function(g_rt, "assign_then_xent", assign_then_xent_cb, v, 3, 1, NULL);
   graft_tensor *labels = NULL;
   assert_int_equal(graft_tensor_create(GRAFT_I32, 1, sy, &labels), GRAFT_OK);
   int32_t *lab = graft_tensor_data(labels);
   lab[0] = 1;
   lab[1] = 5; /* out of [0, 3) */
-  graft_tensor *in[3] = {tensor_f64(1, sv, dx), tensor_f64(2, sl, logits), labels};
+  graft_tensor *in[3] = {tu_tensor_from(GRAFT_F64, 1, sv, dx),
+                         tu_tensor_from(GRAFT_F64, 2, sl, logits), labels};
   graft_tensor *out[1] = {NULL};
-  assert_status(graft_function_call(f, 3, in, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 3, in, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
   tu_assert_close(graft_variable_value(v), init, 3, 0, 0);
   /* Twice, to be sure nothing was staged and kept for later. */
-  assert_status(graft_function_call(f, 3, in, 1, out), GRAFT_EINVAL);
+  tu_assert_status(graft_function_call(f, 3, in, 1, out), GRAFT_EINVAL);
   tu_assert_close(graft_variable_value(v), init, 3, 0, 0);
 
   lab[1] = 2;
-  assert_call_ok(f, 3, in, 1, out);
+  tu_assert_call_ok(f, 3, in, 1, out);
   const double loss = log(3.0);
   tu_assert_close(out[0], &loss, 1, 1e-12, 1e-12);
   const double after[] = {11, 12, 13};
   tu_assert_close(graft_variable_value(v), after, 3, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
   for (int i = 0; i < 3; i++) graft_tensor_destroy(in[i]);
@@ -459,20 +417,20 @@ static void test_graft_function_call__bad_output_tensor_leaves_variable(void **s
   const int64_t s[] = {2, 2}, bad[] = {4};
   const double init[] = {1, 1, 1, 1}, x[] = {2, 3, 4, 5};
   graft_variable *v = make_var("kept", GRAFT_F64, 2, s, init);
-  graft_function *f = make_function("assign_and_output", assign_and_output_cb, v, 1, 1);
-  graft_tensor *in[1] = {tensor_f64(2, s, x)};
-  graft_tensor *wrong = tensor_f64(1, bad, NULL);
+  graft_function *f = tu_function(g_rt, "assign_and_output", assign_and_output_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 2, s, x)};
+  graft_tensor *wrong = tu_tensor_from(GRAFT_F64, 1, bad, NULL);
   graft_tensor *out[1] = {wrong};
-  assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_ESHAPE);
+  tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_ESHAPE);
   assert_ptr_equal(out[0], wrong);
   tu_assert_close(graft_variable_value(v), init, 4, 0, 0);
   /* A good call afterwards works and commits. */
   out[0] = NULL;
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   const double want[] = {3, 4, 5, 6};
   tu_assert_close(out[0], want, 4, 0, 0);
   tu_assert_close(graft_variable_value(v), x, 4, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   graft_tensor_destroy(wrong);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -493,23 +451,23 @@ static void test_graft_variable_set__visible_without_retrace(void **state) {
   const int64_t s[] = {3};
   const double init[] = {1, 2, 3}, x[] = {100, 100, 100}, nv[] = {-1, -2, -3};
   graft_variable *v = make_var("settable", GRAFT_F64, 1, s, init);
-  graft_function *f = make_function("read_plus_x", read_plus_x_cb, v, 1, 1);
-  graft_tensor *in[1] = {tensor_f64(1, s, x)};
+  graft_function *f = tu_function(g_rt, "read_plus_x", read_plus_x_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, s, x)};
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   const double w1[] = {101, 102, 103};
   tu_assert_close(out[0], w1, 3, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
 
-  graft_tensor *src = tensor_f64(1, s, nv);
-  assert_status(graft_variable_set(v, src), GRAFT_OK);
+  graft_tensor *src = tu_tensor_from(GRAFT_F64, 1, s, nv);
+  tu_assert_status(graft_variable_set(v, src), GRAFT_OK);
   /* set copies: changing src afterwards does not change v */
   ((double *)graft_tensor_data(src))[0] = 1e9;
   tu_assert_close(graft_variable_value(v), nv, 3, 0, 0);
-  assert_call_ok(f, 1, in, 1, out);
+  tu_assert_call_ok(f, 1, in, 1, out);
   const double w2[] = {99, 98, 97};
   tu_assert_close(out[0], w2, 3, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_tensor_destroy(src);
   graft_function_destroy(f);
@@ -557,10 +515,10 @@ static void test_graft_assign__value_is_also_output(void **state) {
   const int64_t s[] = {2};
   const double init[] = {0, 0}, x[] = {5, 6};
   graft_variable *v = make_var("outvar", GRAFT_F64, 1, s, init);
-  graft_function *f = make_function("assign_is_output", assign_is_output_cb, v, 1, 2);
-  graft_tensor *in[1] = {tensor_f64(1, s, x)};
+  graft_function *f = tu_function(g_rt, "assign_is_output", assign_is_output_cb, v, 1, 2, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, s, x)};
   graft_tensor *out[2] = {NULL, NULL};
-  assert_call_ok(f, 1, in, 2, out);
+  tu_assert_call_ok(f, 1, in, 2, out);
   const double want[] = {6, 7};
   tu_assert_close(out[0], want, 2, 0, 0);
   tu_assert_close(out[1], want, 2, 0, 0);
@@ -570,7 +528,7 @@ static void test_graft_assign__value_is_also_output(void **state) {
   assert_ptr_not_equal(graft_tensor_data(out[1]), graft_tensor_data(graft_variable_value(v)));
   ((double *)graft_tensor_data(out[0]))[0] = -100;
   tu_assert_close(graft_variable_value(v), want, 2, 0, 0);
-  destroy_outs(out, 2);
+  tu_destroy_outs(out, 2);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
   graft_variable_destroy(v);
@@ -592,16 +550,16 @@ static void test_graft_read__read_is_output_before_assign(void **state) {
   const int64_t s[] = {3};
   const double init[] = {1, 2, 3};
   graft_variable *v = make_var("read_out", GRAFT_F64, 1, s, init);
-  graft_function *f = make_function("read_is_output", read_is_output_cb, v, 0, 1);
+  graft_function *f = tu_function(g_rt, "read_is_output", read_is_output_cb, v, 0, 1, NULL);
   double cur[3] = {1, 2, 3};
   for (int call = 0; call < 3; call++) {
     graft_tensor *out[1] = {NULL};
-    assert_call_ok(f, 0, NULL, 1, out);
+    tu_assert_call_ok(f, 0, NULL, 1, out);
     tu_assert_close(out[0], cur, 3, 0, 0);
     assert_ptr_not_equal(graft_tensor_data(out[0]), graft_tensor_data(graft_variable_value(v)));
     for (int i = 0; i < 3; i++) cur[i] += 1;
     tu_assert_close(graft_variable_value(v), cur, 3, 0, 0);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
   }
   graft_function_destroy(f);
   graft_variable_destroy(v);
@@ -628,22 +586,22 @@ static void test_graft_assign__seen_by_another_function(void **state) {
   const int64_t s[] = {2};
   const double init[] = {1, 2};
   graft_variable *v = make_var("shared", GRAFT_F64, 1, s, init);
-  graft_function *w = make_function("writer", writer_cb, v, 1, 1);
-  graft_function *r = make_function("reader", reader_cb, v, 0, 1);
+  graft_function *w = tu_function(g_rt, "writer", writer_cb, v, 1, 1, NULL);
+  graft_function *r = tu_function(g_rt, "reader", reader_cb, v, 0, 1, NULL);
   graft_tensor *out[1] = {NULL};
-  assert_call_ok(r, 0, NULL, 1, out);
+  tu_assert_call_ok(r, 0, NULL, 1, out);
   const double w0[] = {3, 6};
   tu_assert_close(out[0], w0, 2, 0, 0);
-  destroy_outs(out, 1);
+  tu_destroy_outs(out, 1);
   tu_rng rng = {0x5eed5eedULL};
   for (int k = 0; k < 3; k++) {
     graft_tensor *in[1] = {tu_tensor_rand(&rng, GRAFT_F64, 1, s, -1, 1)};
-    assert_call_ok(w, 1, in, 1, out);
-    destroy_outs(out, 1);
-    assert_call_ok(r, 0, NULL, 1, out);
+    tu_assert_call_ok(w, 1, in, 1, out);
+    tu_destroy_outs(out, 1);
+    tu_assert_call_ok(r, 0, NULL, 1, out);
     const double want[] = {3 * tu_get(in[0], 0), 3 * tu_get(in[0], 1)};
     tu_assert_close(out[0], want, 2, 1e-15, 0);
-    destroy_outs(out, 1);
+    tu_destroy_outs(out, 1);
     graft_tensor_destroy(in[0]);
   }
   assert_int_equal(graft_function_trace_count(w), 1);
@@ -654,18 +612,6 @@ static void test_graft_assign__seen_by_another_function(void **state) {
 }
 
 /* ---- main ------------------------------------------------------------- */
-
-static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
-  return 0;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  graft_runtime_destroy(g_rt);
-  return 0;
-}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -687,5 +633,5 @@ int main(void) {
       cmocka_unit_test(test_graft_read__read_is_output_before_assign),
       cmocka_unit_test(test_graft_assign__seen_by_another_function),
   };
-  return cmocka_run_group_tests_name("graph/variables", tests, group_setup, group_teardown);
+  return cmocka_run_group_tests_name("graph/variables", tests, tu_group_setup, tu_group_teardown);
 }

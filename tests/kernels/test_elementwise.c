@@ -27,20 +27,7 @@
 
 enum i32_mode { I32_NONE, I32_EXACT, I32_REJECT };
 
-static graft_runtime *g_rt;
-
-static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
-  return 0;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  graft_runtime_destroy(g_rt);
-  g_rt = NULL;
-  return 0;
-}
+TU_RUNTIME_GROUP();
 
 /* ---- small helpers of this file --------------------------------------- */
 
@@ -48,38 +35,6 @@ static tu_rng rng_for(uint64_t salt) {
   tu_rng r = {0x2545F4914F6CDD1Dull ^ ((salt + 1) * 0x9E3779B97F4A7C15ull)};
   if (r.s == 0) r.s = 1;
   return r;
-}
-
-static void set_elem(graft_tensor *t, int64_t i, double v) {
-  void *d = graft_tensor_data(t);
-  switch (graft_tensor_dtype(t)) {
-  case GRAFT_F32: ((float *)d)[i] = (float)v; break;
-  case GRAFT_F64: ((double *)d)[i] = v; break;
-  default: ((int32_t *)d)[i] = (int32_t)v; break;
-  }
-}
-
-/* A tensor holding vals[0..numel) converted to dt. */
-static graft_tensor *tensor_from(graft_dtype dt, int rank, const int64_t *shape,
-                                 const double *vals) {
-  graft_tensor *t = NULL;
-  assert_int_equal(graft_tensor_create(dt, rank, shape, &t), GRAFT_OK);
-  for (int64_t i = 0; i < graft_tensor_numel(t); i++) set_elem(t, i, vals[i]);
-  return t;
-}
-
-static void assert_shape(const graft_tensor *t, int rank, const int64_t *shape) {
-  assert_non_null(t);
-  assert_int_equal(graft_tensor_rank(t), rank);
-  const int64_t *s = graft_tensor_shape(t);
-  for (int d = 0; d < rank; d++) {
-    if (s[d] != shape[d])
-      fail_msg("dim %d: got %lld want %lld", d, (long long)s[d], (long long)shape[d]);
-  }
-}
-
-static void assert_call_ok(graft_status s, const char *msg) {
-  if (s != GRAFT_OK) fail_msg("call failed: %s: %s", graft_status_name(s), msg);
 }
 
 /* msg contains needle once spaces are removed from msg (so "[2, 3]" and
@@ -93,39 +48,6 @@ static int msg_has(const char *msg, const char *needle) {
   return strstr(flat, needle) != NULL;
 }
 
-/* A failed call: the status, no output allocated, a message naming op. */
-static void assert_call_fails(graft_status s, graft_status want, graft_tensor *out,
-                              const char *msg, const char *op) {
-  if (s != want)
-    fail_msg("status: got %s want %s (msg \"%s\")", graft_status_name(s),
-             graft_status_name(want), msg);
-  assert_null(out);
-  if (op && !msg_has(msg, op)) fail_msg("message \"%s\" does not name \"%s\"", msg, op);
-}
-
-/* Index into an input of shape si (rank ri) read by flat output index flat
- * of shape so (rank ro), NumPy broadcasting. */
-static int64_t bcast_src(int64_t flat, int ro, const int64_t *so, int ri,
-                         const int64_t *si) {
-  int64_t src = 0, stride = 1;
-  for (int d = ro - 1; d >= 0; d--) {
-    int64_t idx = flat % so[d];
-    flat /= so[d];
-    int di = d - (ro - ri);
-    if (di >= 0) {
-      if (si[di] != 1) src += idx * stride;
-      stride *= si[di];
-    }
-  }
-  return src;
-}
-
-static int64_t numel_of(int rank, const int64_t *shape) {
-  int64_t n = 1;
-  for (int d = 0; d < rank; d++) n *= shape[d];
-  return n;
-}
-
 /* Random operand; integral snaps floats down to integers so that
  * comparisons see ties; i32 operands of non-integral rows span +-1000. */
 static graft_tensor *make_operand(tu_rng *rng, graft_dtype dt, int rank,
@@ -137,7 +59,7 @@ static graft_tensor *make_operand(tu_rng *rng, graft_dtype dt, int rank,
   }
   graft_tensor *t = tu_tensor_rand(rng, dt, rank, shape, lo, hi);
   if (integral && dt != GRAFT_I32)
-    for (int64_t i = 0; i < graft_tensor_numel(t); i++) set_elem(t, i, floor(tu_get(t, i)));
+    for (int64_t i = 0; i < graft_tensor_numel(t); i++) tu_set(t, i, floor(tu_get(t, i)));
   return t;
 }
 
@@ -282,9 +204,9 @@ static graft_status trace_unary(graft_trace *t, int n_in, graft_value *const *in
 static graft_tensor *run_unary_ok(const unary_row *r, graft_tensor *x) {
   graft_tensor *out = NULL;
   char msg[512] = "";
-  assert_call_ok(tu_run(g_rt, trace_unary, (void *)r, 1, &x, 1, &out, msg), msg);
+  tu_assert_run_ok(tu_run(g_rt, trace_unary, (void *)r, 1, &x, 1, &out, msg), NULL, msg);
   assert_int_equal(graft_tensor_dtype(out), graft_tensor_dtype(x));
-  assert_shape(out, graft_tensor_rank(x), graft_tensor_shape(x));
+  tu_assert_shape(out, graft_tensor_rank(x), graft_tensor_shape(x), NULL);
   return out;
 }
 
@@ -308,13 +230,13 @@ static void test_unary_op(void **state) {
                                    c->dt == GRAFT_I32 ? -1000 : r->lo,
                                    c->dt == GRAFT_I32 ? 1000 : r->hi);
   if (c->dt != GRAFT_I32)
-    for (int i = 0; i < r->n_specials; i++) set_elem(x, i, r->specials[i]);
+    for (int i = 0; i < r->n_specials; i++) tu_set(x, i, r->specials[i]);
 
   if (c->dt == GRAFT_I32 && r->i32 == I32_REJECT) {
     graft_tensor *out = NULL;
     char msg[512] = "";
     graft_status s = tu_run(g_rt, trace_unary, (void *)r, 1, &x, 1, &out, msg);
-    assert_call_fails(s, GRAFT_EDTYPE, out, msg, r->name);
+    tu_assert_run_fails(s, GRAFT_EDTYPE, out, msg, r->name, NULL);
     graft_tensor_destroy(x);
     return;
   }
@@ -333,7 +255,7 @@ static void check_negative_arguments(const enum unary_id *ops, int n_ops) {
   for (int k = 0; k < n_ops; k++) {
     const unary_row *r = &unary_rows[ops[k]];
     for (graft_dtype dt = GRAFT_F32; dt <= GRAFT_F64; dt++) {
-      graft_tensor *x = tensor_from(dt, 1, shape, xs);
+      graft_tensor *x = tu_tensor_from(dt, 1, shape, xs);
       graft_tensor *out = run_unary_ok(r, x);
       double rtol = dt == GRAFT_F32 ? LOOSE32 : LOOSE64;
       check_unary(r, x, out, rtol, rtol);
@@ -378,7 +300,7 @@ static void check_recurrence(const enum unary_id *ops, const int *orders, int n_
     double fact = 1;
     for (int j = 2; j <= n; j++) fact *= j;
     for (graft_dtype dt = GRAFT_F32; dt <= GRAFT_F64; dt++) {
-      graft_tensor *x = tensor_from(dt, 2, shape, xs);
+      graft_tensor *x = tu_tensor_from(dt, 2, shape, xs);
       graft_tensor *out = run_unary_ok(r, x);
       double rtol = dt == GRAFT_F32 ? LOOSE32 : LOOSE64;
       for (int i = 0; i < N; i++) {
@@ -427,7 +349,7 @@ static const known_value known_values[] = {
 
 static void check_known_values(int polygamma) {
   static const int64_t shape[] = {1};
-  for (size_t i = 0; i < sizeof known_values / sizeof known_values[0]; i++) {
+  for (size_t i = 0; i < TU_N_OF(known_values); i++) {
     const known_value *kv = &known_values[i];
     if ((kv->op != U_DIGAMMA) != polygamma) continue;
     const unary_row *r = &unary_rows[kv->op];
@@ -435,7 +357,7 @@ static void check_known_values(int polygamma) {
     if (!tu_close(o, kv->want, 1e-15, 0))
       fail_msg("oracle for %s(%g): %.17g want %.17g", r->name, kv->x, o, kv->want);
     for (graft_dtype dt = GRAFT_F32; dt <= GRAFT_F64; dt++) {
-      graft_tensor *x = tensor_from(dt, 1, shape, &kv->x);
+      graft_tensor *x = tu_tensor_from(dt, 1, shape, &kv->x);
       graft_tensor *out = run_unary_ok(r, x);
       double rtol = dt == GRAFT_F32 ? LOOSE32 : LOOSE64;
       double got = tu_get(out, 0);
@@ -526,15 +448,15 @@ static graft_status trace_binary(graft_trace *t, int n_in, graft_value *const *i
 /* out against r's oracle on a and b broadcast to out's shape (ro, so). */
 static void check_binary(const binary_row *r, const graft_tensor *a, const graft_tensor *b,
                          const graft_tensor *out, int ro, const int64_t *so, double rtol) {
-  assert_shape(out, ro, so);
+  tu_assert_shape(out, ro, so, NULL);
   assert_int_equal(graft_tensor_dtype(out), graft_tensor_dtype(a));
   int ra = graft_tensor_rank(a), rb = graft_tensor_rank(b);
   const int64_t *sa = graft_tensor_shape(a), *sb = graft_tensor_shape(b);
-  int64_t n = numel_of(ro, so);
+  int64_t n = tu_numel(ro, so);
   assert_int_equal(graft_tensor_numel(out), n);
   for (int64_t i = 0; i < n; i++) {
-    double av = tu_get(a, bcast_src(i, ro, so, ra, sa));
-    double bv = tu_get(b, bcast_src(i, ro, so, rb, sb));
+    double av = tu_get(a, tu_bcast_src(ro, so, i, ra, sa));
+    double bv = tu_get(b, tu_bcast_src(ro, so, i, rb, sb));
     double got = tu_get(out, i), want = r->oracle(av, bv);
     if (!tu_close(got, want, rtol, 0))
       fail_msg("%s(%.17g, %.17g) [element %lld, %s]: got %.17g want %.17g", r->name, av, bv,
@@ -559,9 +481,9 @@ static void test_binary_op(void **state) {
   char msg[512] = "";
   graft_status s = tu_run(g_rt, trace_binary, (void *)r, 2, in, 1, &out, msg);
   if (c->dt == GRAFT_I32 && r->i32 == I32_REJECT) {
-    assert_call_fails(s, GRAFT_EDTYPE, out, msg, r->name);
+    tu_assert_run_fails(s, GRAFT_EDTYPE, out, msg, r->name, NULL);
   } else {
-    assert_call_ok(s, msg);
+    tu_assert_run_ok(s, NULL, msg);
     check_binary(r, in[0], in[1], out, 3, so, binary_rtol(r, c->dt));
   }
   graft_tensor_destroy(out);
@@ -577,10 +499,10 @@ static void test_graft_pow__negative_base_follows_c_pow(void **state) {
   static const int64_t shape[] = {8};
   const binary_row *r = &binary_rows[B_POW];
   for (graft_dtype dt = GRAFT_F32; dt <= GRAFT_F64; dt++) {
-    graft_tensor *in[2] = {tensor_from(dt, 1, shape, a), tensor_from(dt, 1, shape, b)};
+    graft_tensor *in[2] = {tu_tensor_from(dt, 1, shape, a), tu_tensor_from(dt, 1, shape, b)};
     graft_tensor *out = NULL;
     char msg[512] = "";
-    assert_call_ok(tu_run(g_rt, trace_binary, (void *)r, 2, in, 1, &out, msg), msg);
+    tu_assert_run_ok(tu_run(g_rt, trace_binary, (void *)r, 2, in, 1, &out, msg), NULL, msg);
     check_binary(r, in[0], in[1], out, 1, shape, binary_rtol(r, dt));
     graft_tensor_destroy(out);
     graft_tensor_destroy(in[0]);
@@ -641,7 +563,7 @@ static void test_broadcast(void **state) {
                          tu_tensor_rand(&rng, GRAFT_F64, bs->rb, bs->sb, -5, 5)};
   graft_tensor *out = NULL;
   char msg[512] = "";
-  assert_call_ok(tu_run(g_rt, trace_binary, (void *)r, 2, in, 1, &out, msg), msg);
+  tu_assert_run_ok(tu_run(g_rt, trace_binary, (void *)r, 2, in, 1, &out, msg), NULL, msg);
   check_binary(r, in[0], in[1], out, bs->ro, bs->so, TOL64);
   graft_tensor_destroy(out);
   graft_tensor_destroy(in[0]);
@@ -657,7 +579,7 @@ static void check_add_fails(int ra, const int64_t *sa, graft_dtype da, int rb,
   graft_tensor *out = NULL;
   char msg[512] = "";
   graft_status s = tu_run(g_rt, trace_binary, (void *)&binary_rows[B_ADD], 2, in, 1, &out, msg);
-  assert_call_fails(s, want, out, msg, "add");
+  tu_assert_run_fails(s, want, out, msg, "add", NULL);
   for (int i = 0; i < n_needles; i++)
     if (!msg_has(msg, needles[i])) fail_msg("message \"%s\" lacks \"%s\"", msg, needles[i]);
   graft_tensor_destroy(in[0]);
@@ -706,8 +628,8 @@ static void test_graft_add__large_broadcast_spans_tiles(void **state) {
                            tu_tensor_rand(&rng, dt, 2, sc, -5, 5)};
     graft_tensor *out = NULL;
     char msg[512] = "";
-    assert_call_ok(tu_run(g_rt, trace_add_mul, NULL, 3, in, 1, &out, msg), msg);
-    assert_shape(out, 2, sa);
+    tu_assert_run_ok(tu_run(g_rt, trace_add_mul, NULL, 3, in, 1, &out, msg), NULL, msg);
+    tu_assert_shape(out, 2, sa, NULL);
     assert_int_equal(graft_tensor_dtype(out), dt);
     double rtol = dt == GRAFT_F32 ? 2 * TOL32 : 2 * TOL64;
     for (int64_t i = 0; i < 300 * 257; i++) {
@@ -735,13 +657,13 @@ static graft_status trace_where(graft_trace *t, int n_in, graft_value *const *in
 /* out == (cond != 0 ? a : b), all broadcast to (ro, so), exactly. */
 static void check_where(graft_tensor *const *in, const graft_tensor *out, int ro,
                         const int64_t *so) {
-  assert_shape(out, ro, so);
+  tu_assert_shape(out, ro, so, NULL);
   assert_int_equal(graft_tensor_dtype(out), graft_tensor_dtype(in[1]));
-  for (int64_t i = 0; i < numel_of(ro, so); i++) {
+  for (int64_t i = 0; i < tu_numel(ro, so); i++) {
     double v[3];
     for (int k = 0; k < 3; k++)
-      v[k] = tu_get(in[k], bcast_src(i, ro, so, graft_tensor_rank(in[k]),
-                                     graft_tensor_shape(in[k])));
+      v[k] = tu_get(in[k], tu_bcast_src(ro, so, i, graft_tensor_rank(in[k]),
+                                        graft_tensor_shape(in[k])));
     double want = v[0] != 0 ? v[1] : v[2], got = tu_get(out, i);
     if (!tu_close(got, want, 0, 0))
       fail_msg("where(%g, %g, %g) [element %lld]: got %.17g want %.17g", v[0], v[1], v[2],
@@ -755,12 +677,12 @@ static void test_graft_where__cond_i32_selects_f64_all_broadcast(void **state) {
                        so[] = {3, 4, 5};
   static const double cond[] = {0, 2, -1};
   tu_rng rng = rng_for(5000);
-  graft_tensor *in[3] = {tensor_from(GRAFT_I32, 3, sc, cond),
+  graft_tensor *in[3] = {tu_tensor_from(GRAFT_I32, 3, sc, cond),
                          tu_tensor_rand(&rng, GRAFT_F64, 3, sa, -5, 5),
                          tu_tensor_rand(&rng, GRAFT_F64, 3, sb, -5, 5)};
   graft_tensor *out = NULL;
   char msg[512] = "";
-  assert_call_ok(tu_run(g_rt, trace_where, NULL, 3, in, 1, &out, msg), msg);
+  tu_assert_run_ok(tu_run(g_rt, trace_where, NULL, 3, in, 1, &out, msg), NULL, msg);
   check_where(in, out, 3, so);
   graft_tensor_destroy(out);
   for (int k = 0; k < 3; k++) graft_tensor_destroy(in[k]);
@@ -772,11 +694,12 @@ static void test_graft_where__cond_f32_nonzero_semantics_i32_values(void **state
   static const int64_t sc[] = {6}, sa[] = {2, 1}, so[] = {2, 6};
   const double cond[] = {0.0, -0.0, 0.5, NAN, 1.0, -3.0};
   static const double a[] = {11, -22}, b[] = {7};
-  graft_tensor *in[3] = {tensor_from(GRAFT_F32, 1, sc, cond),
-                         tensor_from(GRAFT_I32, 2, sa, a), tensor_from(GRAFT_I32, 0, NULL, b)};
+  graft_tensor *in[3] = {tu_tensor_from(GRAFT_F32, 1, sc, cond),
+                         tu_tensor_from(GRAFT_I32, 2, sa, a),
+                         tu_tensor_from(GRAFT_I32, 0, NULL, b)};
   graft_tensor *out = NULL;
   char msg[512] = "";
-  assert_call_ok(tu_run(g_rt, trace_where, NULL, 3, in, 1, &out, msg), msg);
+  tu_assert_run_ok(tu_run(g_rt, trace_where, NULL, 3, in, 1, &out, msg), NULL, msg);
   check_where(in, out, 2, so);
   graft_tensor_destroy(out);
   for (int k = 0; k < 3; k++) graft_tensor_destroy(in[k]);
@@ -792,7 +715,7 @@ static void test_graft_where__value_dtype_mismatch_fails_edtype(void **state) {
   graft_tensor *out = NULL;
   char msg[512] = "";
   graft_status st = tu_run(g_rt, trace_where, NULL, 3, in, 1, &out, msg);
-  assert_call_fails(st, GRAFT_EDTYPE, out, msg, "where");
+  tu_assert_run_fails(st, GRAFT_EDTYPE, out, msg, "where", NULL);
   for (int k = 0; k < 3; k++) graft_tensor_destroy(in[k]);
 }
 
@@ -806,7 +729,7 @@ static void test_graft_where__incompatible_shapes_fail_eshape(void **state) {
   graft_tensor *out = NULL;
   char msg[512] = "";
   graft_status st = tu_run(g_rt, trace_where, NULL, 3, in, 1, &out, msg);
-  assert_call_fails(st, GRAFT_ESHAPE, out, msg, "where");
+  tu_assert_run_fails(st, GRAFT_ESHAPE, out, msg, "where", NULL);
   for (int k = 0; k < 3; k++) graft_tensor_destroy(in[k]);
 }
 
@@ -857,17 +780,16 @@ static const double cast_int_src[] = {0, 1, -1, 7, -123456789, 2147483647, -2147
 static void test_cast(void **state) {
   const cast_case *c = *state;
   const double *src = c->from == GRAFT_I32 ? cast_int_src : cast_float_src;
-  int64_t n = c->from == GRAFT_I32
-                  ? (int64_t)(sizeof cast_int_src / sizeof cast_int_src[0])
-                  : (int64_t)(sizeof cast_float_src / sizeof cast_float_src[0]);
+  int64_t n = c->from == GRAFT_I32 ? (int64_t)TU_N_OF(cast_int_src)
+                                    : (int64_t)TU_N_OF(cast_float_src);
   int64_t shape[] = {n};
-  graft_tensor *x = tensor_from(c->from, 1, shape, src);
+  graft_tensor *x = tu_tensor_from(c->from, 1, shape, src);
   graft_tensor *out = NULL;
   char msg[512] = "";
   graft_dtype to = c->to;
-  assert_call_ok(tu_run(g_rt, trace_cast, &to, 1, &x, 1, &out, msg), msg);
+  tu_assert_run_ok(tu_run(g_rt, trace_cast, &to, 1, &x, 1, &out, msg), NULL, msg);
   assert_int_equal(graft_tensor_dtype(out), c->to);
-  assert_shape(out, 1, shape);
+  tu_assert_shape(out, 1, shape, NULL);
   for (int64_t i = 0; i < n; i++) {
     double v = tu_get(x, i), want = cast_expect(v, c->to), got = tu_get(out, i);
     if (!tu_close(got, want, 0, 0))
@@ -916,7 +838,7 @@ static graft_status trace_constant(graft_trace *t, int n_in, graft_value *const 
   (void)in;
   (void)n_out;
   const leaf_spec *l = user;
-  int64_t n = numel_of(l->rank, l->shape);
+  int64_t n = tu_numel(l->rank, l->shape);
   union {
     float f[16];
     double d[16];
@@ -935,10 +857,10 @@ static graft_status trace_constant(graft_trace *t, int n_in, graft_value *const 
 static void check_leaf(graft_trace_fn fn, const leaf_spec *l, const double *want) {
   graft_tensor *out = NULL;
   char msg[512] = "";
-  assert_call_ok(tu_run(g_rt, fn, (void *)l, 0, NULL, 1, &out, msg), msg);
+  tu_assert_run_ok(tu_run(g_rt, fn, (void *)l, 0, NULL, 1, &out, msg), NULL, msg);
   assert_int_equal(graft_tensor_dtype(out), l->dt);
-  assert_shape(out, l->rank, l->shape);
-  tu_assert_close(out, want, numel_of(l->rank, l->shape), 0, 0);
+  tu_assert_shape(out, l->rank, l->shape, NULL);
+  tu_assert_close(out, want, tu_numel(l->rank, l->shape), 0, 0);
   graft_tensor_destroy(out);
 }
 
@@ -1014,9 +936,9 @@ static void check_like(int ones) {
       graft_tensor *x = tu_tensor_rand(&rng, dt, rank, s3, -5, 5);
       graft_tensor *out = NULL;
       char msg[512] = "";
-      assert_call_ok(tu_run(g_rt, trace_like, &ones, 1, &x, 1, &out, msg), msg);
+      tu_assert_run_ok(tu_run(g_rt, trace_like, &ones, 1, &x, 1, &out, msg), NULL, msg);
       assert_int_equal(graft_tensor_dtype(out), dt);
-      assert_shape(out, rank, s3);
+      tu_assert_shape(out, rank, s3, NULL);
       double want[24];
       for (int i = 0; i < 24; i++) want[i] = ones;
       tu_assert_close(out, want, graft_tensor_numel(x), 0, 0);
@@ -1097,5 +1019,5 @@ int main(void) {
       cmocka_unit_test(test_graft_zeros_like__matches_input_shape_and_dtype),
       cmocka_unit_test(test_graft_ones_like__matches_input_shape_and_dtype),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -10,20 +10,7 @@
 
 #include "testutil.h"
 
-static graft_runtime *g_rt;
-
-static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
-  return 0;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  graft_runtime_destroy(g_rt);
-  g_rt = NULL;
-  return 0;
-}
+TU_RUNTIME_GROUP();
 
 static graft_status trace_matmul(graft_trace *t, int n_in, graft_value *const *in,
                                  int n_out, graft_value **out, void *user) {
@@ -45,31 +32,6 @@ typedef struct mm_case {
 } mm_case;
 
 static const graft_dtype k_dtypes[] = {GRAFT_F32, GRAFT_F64};
-
-/* ---- local helpers ---------------------------------------------------- */
-
-static int64_t prod(int rank, const int64_t *d) {
-  int64_t p = 1;
-  for (int i = 0; i < rank; i++) p *= d[i];
-  return p;
-}
-
-/* Flat index into a tensor of shape in (rank in_rank) of the element that
- * broadcasts to flat position out_flat of shape out (right-aligned). */
-static int64_t bcast_src(int out_rank, const int64_t *out, int64_t out_flat, int in_rank,
-                         const int64_t *in) {
-  int64_t idx[GRAFT_MAX_RANK];
-  for (int i = out_rank - 1; i >= 0; i--) {
-    idx[i] = out[i] ? out_flat % out[i] : 0;
-    out_flat = out[i] ? out_flat / out[i] : 0;
-  }
-  int64_t f = 0;
-  for (int j = 0; j < in_rank; j++) {
-    int i = j + out_rank - in_rank;
-    f = f * in[j] + (in[j] == 1 ? 0 : idx[i]);
-  }
-  return f;
-}
 
 /* Run one case with one dtype and flags; compare with the oracle.  The
  * tolerance of element (m, n) is rtol * sum_k |a_mk| |b_kn|, the scale of
@@ -101,21 +63,14 @@ static void check_case(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng 
   };
   graft_tensor *out = NULL;
   char msg[512];
-  graft_status st = tu_run(g_rt, trace_matmul, &flags, 2, in, 1, &out, msg);
-  if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
-  if (graft_tensor_dtype(out) != dt) fail_msg("%s: wrong output dtype", ctx);
-  if (graft_tensor_rank(out) != nob + 2)
-    fail_msg("%s: rank %d, want %d", ctx, graft_tensor_rank(out), nob + 2);
-  for (int i = 0; i < nob + 2; i++)
-    if (graft_tensor_shape(out)[i] != os[i])
-      fail_msg("%s: dim %d is %lld, want %lld", ctx, i,
-               (long long)graft_tensor_shape(out)[i], (long long)os[i]);
+  tu_assert_run_ok(tu_run(g_rt, trace_matmul, &flags, 2, in, 1, &out, msg), ctx, msg);
+  tu_assert_tensor(out, dt, nob + 2, os, ctx);
 
   double rtol = dt == GRAFT_F32 ? 1e-4 : 1e-12;
-  int64_t n_batch = prod(nob, os);
+  int64_t n_batch = tu_numel(nob, os);
   for (int64_t bi = 0; bi < n_batch; bi++) {
-    int64_t oa = bcast_src(nob, os, bi, c->na, c->ba) * M * K;
-    int64_t ob = bcast_src(nob, os, bi, c->nb, c->bb) * K * N;
+    int64_t oa = tu_bcast_src(nob, os, bi, c->na, c->ba) * M * K;
+    int64_t ob = tu_bcast_src(nob, os, bi, c->nb, c->bb) * K * N;
     for (int64_t m = 0; m < M; m++)
       for (int64_t n = 0; n < N; n++) {
         double want = 0.0, mag = 0.0;
@@ -140,11 +95,9 @@ static void check_case(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng 
 static void check_cases(const mm_case *cases, size_t n, uint64_t seed) {
   tu_rng rng = {seed};
   for (size_t i = 0; i < n; i++)
-    for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)
       for (unsigned flags = 0; flags < 4; flags++) check_case(&cases[i], k_dtypes[d], flags, &rng);
 }
-
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- correct results -------------------------------------------------- */
 
@@ -156,7 +109,7 @@ static void test_matmul__rank2_all_flags(void **state) {
       {"outer", 0, {0}, 0, {0}, 4, 1, 3},
       {"inner", 0, {0}, 0, {0}, 1, 9, 1},
   };
-  check_cases(cases, N_OF(cases), 1);
+  check_cases(cases, TU_N_OF(cases), 1);
 }
 
 static void test_matmul__odd_sizes(void **state) {
@@ -167,7 +120,7 @@ static void test_matmul__odd_sizes(void **state) {
       {"1x65x7", 0, {0}, 0, {0}, 1, 65, 7},    {"65x65x65", 0, {0}, 0, {0}, 65, 65, 65},
       {"33x1x7", 0, {0}, 0, {0}, 33, 1, 7},    {"b2 7x33x1", 1, {2}, 1, {2}, 7, 33, 1},
   };
-  check_cases(cases, N_OF(cases), 2);
+  check_cases(cases, TU_N_OF(cases), 2);
 }
 
 static void test_matmul__batched_rank3(void **state) {
@@ -177,7 +130,7 @@ static void test_matmul__batched_rank3(void **state) {
       {"[3]x[3]", 1, {3}, 1, {3}, 1, 7, 2},
       {"[2,3]x[2,3]", 2, {2, 3}, 2, {2, 3}, 2, 3, 4},
   };
-  check_cases(cases, N_OF(cases), 3);
+  check_cases(cases, TU_N_OF(cases), 3);
 }
 
 static void test_matmul__broadcast_batch(void **state) {
@@ -189,7 +142,7 @@ static void test_matmul__broadcast_batch(void **state) {
       {"[1,2]x[3,1]", 2, {1, 2}, 2, {3, 1}, 2, 2, 3},
       {"[3]x[2,1]", 1, {3}, 2, {2, 1}, 3, 2, 4},
   };
-  check_cases(cases, N_OF(cases), 4);
+  check_cases(cases, TU_N_OF(cases), 4);
 }
 
 static void test_matmul__mixed_ranks(void **state) {
@@ -199,7 +152,7 @@ static void test_matmul__mixed_ranks(void **state) {
       {"rank2 x rank3", 0, {0}, 1, {2}, 2, 3, 4},
       {"rank4 x rank2", 2, {2, 3}, 0, {0}, 2, 4, 3},
   };
-  check_cases(cases, N_OF(cases), 5);
+  check_cases(cases, TU_N_OF(cases), 5);
 }
 
 /* K = 0: an empty sum is 0, so the result is all zeros of shape [M,N]. */
@@ -209,16 +162,16 @@ static void test_matmul__k_zero_gives_zeros(void **state) {
       {"K=0", 0, {0}, 0, {0}, 3, 0, 4},
       {"batched K=0", 1, {2}, 1, {2}, 2, 0, 3},
   };
-  check_cases(cases, N_OF(cases), 6);
+  check_cases(cases, TU_N_OF(cases), 6);
   /* And explicitly: every element is exactly +0 or -0. */
   int64_t as[2] = {3, 0}, bs[2] = {0, 4};
-  for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
     graft_tensor *in[2] = {NULL, NULL}, *out = NULL;
     assert_int_equal(graft_tensor_create(k_dtypes[d], 2, as, &in[0]), GRAFT_OK);
     assert_int_equal(graft_tensor_create(k_dtypes[d], 2, bs, &in[1]), GRAFT_OK);
     unsigned flags = 0;
     char msg[512];
-    assert_int_equal(tu_run(g_rt, trace_matmul, &flags, 2, in, 1, &out, msg), GRAFT_OK);
+    tu_assert_run_ok(tu_run(g_rt, trace_matmul, &flags, 2, in, 1, &out, msg), "K=0 zeros", msg);
     assert_int_equal(graft_tensor_numel(out), 12);
     for (int64_t i = 0; i < 12; i++) assert_true(tu_get(out, i) == 0.0);
     graft_tensor_destroy(out);
@@ -236,7 +189,7 @@ static void test_matmul__empty_m_n_batch(void **state) {
       {"batch 0", 1, {0}, 1, {0}, 2, 3, 4},
       {"batch 0 bcast", 1, {0}, 1, {1}, 2, 3, 4},
   };
-  check_cases(cases, N_OF(cases), 7);
+  check_cases(cases, TU_N_OF(cases), 7);
 }
 
 /* ---- errors ------------------------------------------------------------ */
@@ -255,12 +208,10 @@ static graft_status run_shapes(graft_dtype da, int ra, const int64_t *sa, graft_
   return st;
 }
 
-static void expect_status(graft_status got, graft_status want, const char *ctx, const char *msg) {
-  if (got != want)
-    fail_msg("%s: status %s, want %s (%s)", ctx, graft_status_name(got),
-             graft_status_name(want), msg);
-  if (!strstr(msg, "matmul")) fail_msg("%s: message \"%s\" does not name matmul", ctx, msg);
-}
+/* got (a run_shapes status, which already checked that no output was
+ * allocated) is want, and msg names matmul. */
+#define expect_status(got, want, ctx, msg) \
+  tu_assert_run_fails((got), (want), NULL, (msg), "matmul", (ctx))
 
 static void test_matmul__inner_dims_differ_is_eshape(void **state) {
   (void)state;
@@ -300,7 +251,7 @@ static void test_matmul__rank1_operand_fails(void **state) {
   char msg[512];
   int64_t v[1] = {3}, m[2] = {3, 3};
   static const struct { int ra, rb; } combos[] = {{1, 2}, {2, 1}, {1, 1}};
-  for (size_t i = 0; i < N_OF(combos); i++) {
+  for (size_t i = 0; i < TU_N_OF(combos); i++) {
     graft_status st = run_shapes(GRAFT_F32, combos[i].ra, combos[i].ra == 1 ? v : m, GRAFT_F32,
                                  combos[i].rb, combos[i].rb == 1 ? v : m, 0, msg);
     if (st == GRAFT_OK) fail_msg("rank %d x rank %d succeeded", combos[i].ra, combos[i].rb);
@@ -345,5 +296,5 @@ int main(void) {
       cmocka_unit_test(test_matmul__i32_is_edtype),
       cmocka_unit_test(test_matmul__mixed_dtypes_is_edtype),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

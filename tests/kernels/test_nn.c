@@ -12,22 +12,7 @@
 
 #include "testutil.h"
 
-static graft_runtime *g_rt;
-
-static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
-  return 0;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  graft_runtime_destroy(g_rt);
-  g_rt = NULL;
-  return 0;
-}
-
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+TU_RUNTIME_GROUP();
 
 static const graft_dtype k_dtypes[] = {GRAFT_F32, GRAFT_F64};
 
@@ -97,8 +82,8 @@ static const struct sm_case {
  * every output is finite and every row (along the axis) sums to 1. */
 static void check_softmax(int op, int data, uint64_t seed) {
   tu_rng rng = {seed};
-  for (size_t c = 0; c < N_OF(k_sm_cases); c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t c = 0; c < TU_N_OF(k_sm_cases); c++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
       const struct sm_case *sc = &k_sm_cases[c];
       graft_dtype dt = k_dtypes[d];
       int ax = sc->axis < 0 ? sc->axis + sc->rank : sc->axis;
@@ -113,12 +98,8 @@ static void check_softmax(int op, int data, uint64_t seed) {
       nn_param p = {.op = op, .axis = sc->axis};
       graft_tensor *out = NULL;
       char msg[512];
-      graft_status st = tu_run(g_rt, trace_nn, &p, 1, &x, 1, &out, msg);
-      if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
-      if (graft_tensor_dtype(out) != dt) fail_msg("%s: wrong dtype", ctx);
-      if (graft_tensor_rank(out) != sc->rank) fail_msg("%s: wrong rank", ctx);
-      for (int i = 0; i < sc->rank; i++)
-        if (graft_tensor_shape(out)[i] != sc->shape[i]) fail_msg("%s: wrong dim %d", ctx, i);
+      tu_assert_run_ok(tu_run(g_rt, trace_nn, &p, 1, &x, 1, &out, msg), ctx, msg);
+      tu_assert_tensor(out, dt, sc->rank, sc->shape, ctx);
 
       double rtol = rtol_of(dt), scale = 4.0 * eps_of(dt) * max_abs(x);
       for (int64_t o = 0; o < outer; o++)
@@ -180,12 +161,7 @@ static void expect_fail(const nn_param *p, int n_in, graft_tensor **in, graft_st
                         const char *ctx, char *msg) {
   graft_tensor *out = NULL;
   graft_status st = tu_run(g_rt, trace_nn, (void *)p, n_in, in, 1, &out, msg);
-  if (st != want)
-    fail_msg("%s: status %s, want %s (%s)", ctx, graft_status_name(st), graft_status_name(want),
-             msg);
-  assert_null(out);
-  if (!strstr(msg, k_names[p->op]))
-    fail_msg("%s: message \"%s\" does not name %s", ctx, msg, k_names[p->op]);
+  tu_assert_run_fails(st, want, out, msg, k_names[p->op], ctx);
 }
 
 static void test_softmax__axis_out_of_range_is_einval(void **state) {
@@ -196,7 +172,7 @@ static void test_softmax__axis_out_of_range_is_einval(void **state) {
   static const int axes[] = {3, -4, 100};
   char msg[512];
   for (int op = OP_SOFTMAX; op <= OP_LOG_SOFTMAX; op++)
-    for (size_t i = 0; i < N_OF(axes); i++) {
+    for (size_t i = 0; i < TU_N_OF(axes); i++) {
       nn_param p = {.op = op, .axis = axes[i]};
       char ctx[64];
       snprintf(ctx, sizeof ctx, "%s axis %d of rank 3", k_names[op], axes[i]);
@@ -244,10 +220,8 @@ static void check_xent(graft_tensor *logits, graft_tensor *labels, const char *c
   graft_tensor *in[2] = {logits, labels}, *out = NULL;
   nn_param p = {.op = OP_XENT};
   char msg[512];
-  graft_status st = tu_run(g_rt, trace_nn, &p, 2, in, 1, &out, msg);
-  if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
-  if (graft_tensor_rank(out) != 0) fail_msg("%s: rank %d, want 0", ctx, graft_tensor_rank(out));
-  if (graft_tensor_dtype(out) != dt) fail_msg("%s: wrong dtype", ctx);
+  tu_assert_run_ok(tu_run(g_rt, trace_nn, &p, 2, in, 1, &out, msg), ctx, msg);
+  tu_assert_tensor(out, dt, 0, NULL, ctx);
   double got = tu_get(out, 0);
   double tol = rtol_of(dt) * fabs(want) + 4.0 * eps_of(dt) * max_abs(logits) +
                (dt == GRAFT_F32 ? 1e-6 : 1e-13);
@@ -260,8 +234,8 @@ static void test_softmax_cross_entropy__mean_matches_reference(void **state) {
   (void)state;
   static const int64_t shapes[][2] = {{6, 5}, {1, 1}, {8, 3}, {1, 10}, {33, 7}};
   tu_rng rng = {40};
-  for (size_t c = 0; c < N_OF(shapes); c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++)
+  for (size_t c = 0; c < TU_N_OF(shapes); c++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)
       for (int data = DATA_NORMAL; data < DATA_COUNT; data++) {
         graft_tensor *x = make_logits(&rng, data, k_dtypes[d], 2, shapes[c]);
         graft_tensor *l = tu_tensor_rand(&rng, GRAFT_I32, 1, shapes[c], 0, (double)(shapes[c][1] - 1));
@@ -280,7 +254,7 @@ static void test_softmax_cross_entropy__large_logits_stable(void **state) {
   static const double v[6] = {0.0, 1e4, 0.0, -1e4, 0.0, 1e4};
   static const int32_t lv[2] = {0, 0};
   int64_t s[2] = {2, 3}, sl[1] = {2};
-  for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
     graft_tensor *x = NULL;
     assert_int_equal(graft_tensor_create(k_dtypes[d], 2, s, &x), GRAFT_OK);
     for (int i = 0; i < 6; i++) {
@@ -303,8 +277,8 @@ static void test_softmax_cross_entropy__label_out_of_range_is_einval(void **stat
   int64_t s[2] = {3, 5}, sl[1] = {3};
   tu_rng rng = {50};
   char msg[512];
-  for (size_t d = 0; d < N_OF(k_dtypes); d++)
-    for (size_t i = 0; i < N_OF(bad); i++) {
+  for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)
+    for (size_t i = 0; i < TU_N_OF(bad); i++) {
       graft_tensor *in[2] = {tu_tensor_rand(&rng, k_dtypes[d], 2, s, -1, 1),
                              make_labels(1, sl, bad[i])};
       nn_param p = {.op = OP_XENT};
@@ -326,7 +300,7 @@ static void test_softmax_cross_entropy__wrong_dtypes_are_edtype(void **state) {
   nn_param p = {.op = OP_XENT};
   graft_tensor *in[2];
   static const graft_dtype label_dts[] = {GRAFT_F32, GRAFT_F64};
-  for (size_t i = 0; i < N_OF(label_dts); i++) {
+  for (size_t i = 0; i < TU_N_OF(label_dts); i++) {
     in[0] = tu_tensor_rand(&rng, GRAFT_F32, 2, s, -1, 1);
     in[1] = tu_tensor_rand(&rng, label_dts[i], 1, sl, 0, 3);
     expect_fail(&p, 2, in, GRAFT_EDTYPE, "xent float labels", msg);
@@ -358,7 +332,7 @@ static void test_softmax_cross_entropy__bad_shapes_are_eshape(void **state) {
   tu_rng rng = {52};
   char msg[512];
   nn_param p = {.op = OP_XENT};
-  for (size_t c = 0; c < N_OF(cases); c++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++) {
     graft_tensor *in[2] = {tu_tensor_rand(&rng, GRAFT_F64, cases[c].rx, cases[c].sx, -1, 1),
                            tu_tensor_rand(&rng, GRAFT_I32, cases[c].rl, cases[c].sl, 0, 0)};
     expect_fail(&p, 2, in, GRAFT_ESHAPE, cases[c].name, msg);
@@ -381,5 +355,5 @@ int main(void) {
       cmocka_unit_test(test_softmax_cross_entropy__wrong_dtypes_are_edtype),
       cmocka_unit_test(test_softmax_cross_entropy__bad_shapes_are_eshape),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

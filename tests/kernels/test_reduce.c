@@ -10,20 +10,7 @@
 
 #include "testutil.h"
 
-static graft_runtime *g_rt;
-
-static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
-  return 0;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  graft_runtime_destroy(g_rt);
-  g_rt = NULL;
-  return 0;
-}
+TU_RUNTIME_GROUP();
 
 enum { OP_SUM, OP_MEAN, OP_MAX, OP_PROD, OP_LSE, OP_COUNT };
 
@@ -71,28 +58,6 @@ static void describe(char *buf, size_t len, const reduce_param *p, graft_dtype d
     w += snprintf(buf + w, len - (size_t)w, i ? ",%d" : "%d", p->axes[i]);
   if (w > 0 && (size_t)w < len)
     snprintf(buf + w, len - (size_t)w, "] keepdims=%d", p->keepdims);
-}
-
-static void expect_shape(const graft_tensor *got, int rank, const int64_t *dims,
-                         const char *ctx) {
-  if (graft_tensor_rank(got) != rank)
-    fail_msg("%s: rank %d, want %d", ctx, graft_tensor_rank(got), rank);
-  const int64_t *s = graft_tensor_shape(got);
-  for (int i = 0; i < rank; i++)
-    if (s[i] != dims[i])
-      fail_msg("%s: dim %d is %lld, want %lld", ctx, i, (long long)s[i], (long long)dims[i]);
-}
-
-static void expect_values(const graft_tensor *got, const double *want, int64_t n,
-                          double rtol, const char *ctx) {
-  if (graft_tensor_numel(got) != n)
-    fail_msg("%s: %lld elements, want %lld", ctx, (long long)graft_tensor_numel(got),
-             (long long)n);
-  for (int64_t i = 0; i < n; i++) {
-    double g = tu_get(got, i);
-    if (!tu_close(g, want[i], rtol, 0.0))
-      fail_msg("%s: element %lld: got %.17g want %.17g", ctx, (long long)i, g, want[i]);
-  }
 }
 
 /* Naive reduction of x over the axes in mask (bit i = axis i), in double.
@@ -190,12 +155,9 @@ static void check_one(const reduce_param *p, graft_tensor *x, graft_dtype dt) {
   int64_t n_want = reference_reduce(p->op, x, mask, want);
 
   graft_tensor *out = NULL;
-  graft_status st = tu_run(g_rt, trace_reduce, (void *)p, 1, &x, 1, &out, msg);
-  if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
-  if (graft_tensor_dtype(out) != dt)
-    fail_msg("%s: dtype %s", ctx, graft_dtype_name(graft_tensor_dtype(out)));
-  expect_shape(out, want_rank, want_dims, ctx);
-  expect_values(out, want, n_want, rtol_of(dt), ctx);
+  tu_assert_run_ok(tu_run(g_rt, trace_reduce, (void *)p, 1, &x, 1, &out, msg), ctx, msg);
+  tu_assert_tensor(out, dt, want_rank, want_dims, ctx);
+  tu_assert_values(out, want, n_want, rtol_of(dt), ctx);
   graft_tensor_destroy(out);
   free(want);
 }
@@ -206,7 +168,7 @@ static void check_one(const reduce_param *p, graft_tensor *x, graft_dtype dt) {
 static void check_every_axis_combo(int op) {
   static const int64_t shape[3] = {3, 4, 5};
   tu_rng rng = {0x5eed0000u + (uint64_t)op};
-  for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d++) {
+  for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
     graft_dtype dt = k_dtypes[d];
     if (dt == GRAFT_I32 && !k_ops[op].int_ok) continue;
     graft_tensor *x = make_input(&rng, op, dt, 3, shape);
@@ -293,15 +255,14 @@ static void test_reduce__output_shapes(void **state) {
   tu_rng rng = {99};
   graft_tensor *x = tu_tensor_rand(&rng, GRAFT_F64, 3, shape, 0.5, 1.5);
   for (int op = 0; op < OP_COUNT; op++)
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < TU_N_OF(cases); c++) {
       reduce_param p = {.op = op, .n_axes = cases[c].n_axes, .keepdims = cases[c].keepdims};
       memcpy(p.axes, cases[c].axes, sizeof cases[c].axes);
       char ctx[160], msg[512];
       describe(ctx, sizeof ctx, &p, GRAFT_F64);
       graft_tensor *out = NULL;
-      graft_status st = tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg);
-      if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
-      expect_shape(out, cases[c].rank, cases[c].dims, ctx);
+      tu_assert_run_ok(tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg), ctx, msg);
+      tu_assert_shape(out, cases[c].rank, cases[c].dims, ctx);
       graft_tensor_destroy(out);
     }
   graft_tensor_destroy(x);
@@ -323,19 +284,18 @@ static void check_empty(int op, double expect) {
   static const int want_rank[] = {2, 3, 1, 0, 3};
   static const int64_t want_dims[][3] = {{2, 3}, {2, 1, 3}, {3}, {0}, {1, 1, 1}};
   tu_rng rng = {5};
-  for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d++) {
+  for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
     graft_dtype dt = k_dtypes[d];
     if (dt == GRAFT_I32 && (!k_ops[op].int_ok || isinf(expect))) continue;
     graft_tensor *x = make_input(&rng, op, dt, 3, shape);
-    for (size_t c = 0; c < sizeof specs / sizeof specs[0]; c++) {
+    for (size_t c = 0; c < TU_N_OF(specs); c++) {
       reduce_param p = specs[c];
       p.op = op;
       char ctx[160], msg[512];
       describe(ctx, sizeof ctx, &p, dt);
       graft_tensor *out = NULL;
-      graft_status st = tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg);
-      if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
-      expect_shape(out, want_rank[c], want_dims[c], ctx);
+      tu_assert_run_ok(tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg), ctx, msg);
+      tu_assert_shape(out, want_rank[c], want_dims[c], ctx);
       for (int64_t i = 0; i < graft_tensor_numel(out); i++) {
         double g = tu_get(out, i);
         if (!tu_close(g, expect, 0.0, 0.0))
@@ -380,10 +340,9 @@ static void test_reduce__zero_size_output(void **state) {
       char ctx[160], msg[512];
       describe(ctx, sizeof ctx, &p, GRAFT_F32);
       graft_tensor *out = NULL;
-      graft_status st = tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg);
-      if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
+      tu_assert_run_ok(tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg), ctx, msg);
       static const int64_t d0[2] = {2, 0}, d1[3] = {2, 0, 1};
-      expect_shape(out, keep ? 3 : 2, keep ? d1 : d0, ctx);
+      tu_assert_shape(out, keep ? 3 : 2, keep ? d1 : d0, ctx);
       assert_int_equal(graft_tensor_numel(out), 0);
       graft_tensor_destroy(out);
     }
@@ -407,12 +366,7 @@ static void check_fails(const reduce_param *specs, size_t n_specs, graft_dtype d
       describe(ctx, sizeof ctx, &p, dt);
       graft_tensor *out = NULL;
       graft_status st = tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg);
-      if (st != want)
-        fail_msg("%s: status %s, want %s (%s)", ctx, graft_status_name(st),
-                 graft_status_name(want), msg);
-      assert_null(out);
-      if (!strstr(msg, k_ops[op].name))
-        fail_msg("%s: message \"%s\" does not name the op", ctx, msg);
+      tu_assert_run_fails(st, want, out, msg, k_ops[op].name, ctx);
     }
   graft_tensor_destroy(x);
 }
@@ -425,7 +379,7 @@ static void test_reduce__duplicate_axis_is_einval(void **state) {
       {.n_axes = 3, .axes = {2, 0, -1}, .keepdims = 1},
       {.n_axes = 4, .axes = {0, 1, 2, 0}},
   };
-  check_fails(specs, sizeof specs / sizeof specs[0], GRAFT_F32, GRAFT_EINVAL);
+  check_fails(specs, TU_N_OF(specs), GRAFT_F32, GRAFT_EINVAL);
 }
 
 static void test_reduce__axis_out_of_range_is_einval(void **state) {
@@ -436,7 +390,7 @@ static void test_reduce__axis_out_of_range_is_einval(void **state) {
       {.n_axes = 2, .axes = {0, 7}, .keepdims = 1},
       {.n_axes = 1, .axes = {-100}},
   };
-  check_fails(specs, sizeof specs / sizeof specs[0], GRAFT_F64, GRAFT_EINVAL);
+  check_fails(specs, TU_N_OF(specs), GRAFT_F64, GRAFT_EINVAL);
 }
 
 /* reduce_mean and logsumexp are float-only (ops.h). */
@@ -448,15 +402,11 @@ static void test_reduce__i32_mean_and_logsumexp_are_edtype(void **state) {
   static const int ops[] = {OP_MEAN, OP_LSE};
   for (size_t i = 0; i < 2; i++) {
     reduce_param p = {.op = ops[i], .n_axes = 1, .axes = {1}};
-    char msg[512];
+    char ctx[64], msg[512];
+    snprintf(ctx, sizeof ctx, "%s i32", k_ops[ops[i]].name);
     graft_tensor *out = NULL;
     graft_status st = tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg);
-    if (st != GRAFT_EDTYPE)
-      fail_msg("%s i32: status %s, want GRAFT_EDTYPE (%s)", k_ops[ops[i]].name,
-               graft_status_name(st), msg);
-    assert_null(out);
-    if (!strstr(msg, k_ops[ops[i]].name))
-      fail_msg("%s: message \"%s\" does not name the op", k_ops[ops[i]].name, msg);
+    tu_assert_run_fails(st, GRAFT_EDTYPE, out, msg, k_ops[ops[i]].name, ctx);
   }
   graft_tensor_destroy(x);
 }
@@ -480,5 +430,5 @@ int main(void) {
       cmocka_unit_test(test_reduce__axis_out_of_range_is_einval),
       cmocka_unit_test(test_reduce__i32_mean_and_logsumexp_are_edtype),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

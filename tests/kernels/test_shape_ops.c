@@ -10,22 +10,7 @@
 
 #include "testutil.h"
 
-static graft_runtime *g_rt;
-
-static int group_setup(void **state) {
-  (void)state;
-  g_rt = tu_runtime();
-  return 0;
-}
-
-static int group_teardown(void **state) {
-  (void)state;
-  graft_runtime_destroy(g_rt);
-  g_rt = NULL;
-  return 0;
-}
-
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+TU_RUNTIME_GROUP();
 
 static const graft_dtype k_dtypes[] = {GRAFT_F32, GRAFT_F64, GRAFT_I32};
 
@@ -69,35 +54,6 @@ static const char *const k_names[] = {
 
 /* ---- local helpers ---------------------------------------------------- */
 
-static int64_t numel_of(int rank, const int64_t *d) {
-  int64_t p = 1;
-  for (int i = 0; i < rank; i++) p *= d[i];
-  return p;
-}
-
-static void unravel(int64_t flat, int rank, const int64_t *shape, int64_t *idx) {
-  for (int i = rank - 1; i >= 0; i--) {
-    idx[i] = shape[i] ? flat % shape[i] : 0;
-    flat = shape[i] ? flat / shape[i] : 0;
-  }
-}
-
-static int64_t ravel(const int64_t *idx, int rank, const int64_t *shape) {
-  int64_t f = 0;
-  for (int i = 0; i < rank; i++) f = f * shape[i] + idx[i];
-  return f;
-}
-
-/* Flat index into shape in of the element broadcast to out_flat of out. */
-static int64_t bcast_src(int out_rank, const int64_t *out, int64_t out_flat, int in_rank,
-                         const int64_t *in) {
-  int64_t idx[GRAFT_MAX_RANK];
-  unravel(out_flat, out_rank, out, idx);
-  int64_t f = 0;
-  for (int j = 0; j < in_rank; j++) f = f * in[j] + (in[j] == 1 ? 0 : idx[j + out_rank - in_rank]);
-  return f;
-}
-
 static graft_tensor *rand_tensor(tu_rng *r, graft_dtype dt, int rank, const int64_t *shape) {
   return dt == GRAFT_I32 ? tu_tensor_rand(r, dt, rank, shape, -1000, 1000)
                          : tu_tensor_rand(r, dt, rank, shape, -10.0, 10.0);
@@ -108,29 +64,9 @@ static graft_tensor *run_ok(const shape_param *p, int n_in, graft_tensor **in, g
                             int rank, const int64_t *dims, const char *ctx) {
   char msg[512];
   graft_tensor *out = NULL;
-  graft_status st = tu_run(g_rt, trace_shape, (void *)p, n_in, in, 1, &out, msg);
-  if (st != GRAFT_OK) fail_msg("%s: status %s (%s)", ctx, graft_status_name(st), msg);
-  if (graft_tensor_dtype(out) != dt)
-    fail_msg("%s: dtype %s, want %s", ctx, graft_dtype_name(graft_tensor_dtype(out)),
-             graft_dtype_name(dt));
-  if (graft_tensor_rank(out) != rank)
-    fail_msg("%s: rank %d, want %d", ctx, graft_tensor_rank(out), rank);
-  for (int i = 0; i < rank; i++)
-    if (graft_tensor_shape(out)[i] != dims[i])
-      fail_msg("%s: dim %d is %lld, want %lld", ctx, i, (long long)graft_tensor_shape(out)[i],
-               (long long)dims[i]);
+  tu_assert_run_ok(tu_run(g_rt, trace_shape, (void *)p, n_in, in, 1, &out, msg), ctx, msg);
+  tu_assert_tensor(out, dt, rank, dims, ctx);
   return out;
-}
-
-static void expect_values(const graft_tensor *got, const double *want, int64_t n, double rtol,
-                          const char *ctx) {
-  if (graft_tensor_numel(got) != n)
-    fail_msg("%s: %lld elements, want %lld", ctx, (long long)graft_tensor_numel(got), (long long)n);
-  for (int64_t i = 0; i < n; i++) {
-    double g = tu_get(got, i);
-    if (!tu_close(g, want[i], rtol, 0.0))
-      fail_msg("%s: element %lld: got %.17g want %.17g", ctx, (long long)i, g, want[i]);
-  }
 }
 
 static double *alloc_want(int64_t n) {
@@ -145,12 +81,7 @@ static void expect_fail(const shape_param *p, int n_in, graft_tensor **in, graft
   char msg[512];
   graft_tensor *out = NULL;
   graft_status st = tu_run(g_rt, trace_shape, (void *)p, n_in, in, 1, &out, msg);
-  if (st != want)
-    fail_msg("%s: status %s, want %s (%s)", ctx, graft_status_name(st), graft_status_name(want),
-             msg);
-  assert_null(out);
-  if (!strstr(msg, k_names[p->kind]))
-    fail_msg("%s: message \"%s\" does not name %s", ctx, msg, k_names[p->kind]);
+  tu_assert_run_fails(st, want, out, msg, k_names[p->kind], ctx);
 }
 
 /* ---- transpose -------------------------------------------------------- */
@@ -172,8 +103,8 @@ static void test_transpose__perms_rank2_to_4(void **state) {
       {4, {2, 3, 4, 5}, 1, {0}},
   };
   tu_rng rng = {101};
-  for (size_t c = 0; c < N_OF(cases); c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
       int r = cases[c].rank;
       const int64_t *s = cases[c].shape;
       int perm[4];
@@ -184,17 +115,17 @@ static void test_transpose__perms_rank2_to_4(void **state) {
       snprintf(ctx, sizeof ctx, "transpose case %zu %s", c, graft_dtype_name(k_dtypes[d]));
 
       graft_tensor *x = rand_tensor(&rng, k_dtypes[d], r, s);
-      int64_t n = numel_of(r, s);
+      int64_t n = tu_numel(r, s);
       double *want = alloc_want(n);
       for (int64_t j = 0; j < n; j++) {
         int64_t oi[4], ii[4];
-        unravel(j, r, os, oi);
+        tu_unravel(j, r, os, oi);
         for (int i = 0; i < r; i++) ii[perm[i]] = oi[i];
-        want[j] = tu_get(x, ravel(ii, r, s));
+        want[j] = tu_get(x, tu_ravel(ii, r, s));
       }
       shape_param p = {.kind = K_TRANSPOSE, .perm = cases[c].reverse ? NULL : cases[c].perm};
       graft_tensor *out = run_ok(&p, 1, &x, k_dtypes[d], r, os, ctx);
-      expect_values(out, want, n, 0.0, ctx);
+      tu_assert_values(out, want, n, 0.0, ctx);
       graft_tensor_destroy(out);
       graft_tensor_destroy(x);
       free(want);
@@ -207,7 +138,7 @@ static void test_transpose__bad_perm_is_einval(void **state) {
   int64_t s[3] = {2, 3, 4};
   tu_rng rng = {102};
   graft_tensor *x = rand_tensor(&rng, GRAFT_F32, 3, s);
-  for (size_t i = 0; i < N_OF(perms); i++) {
+  for (size_t i = 0; i < TU_N_OF(perms); i++) {
     shape_param p = {.kind = K_TRANSPOSE, .perm = perms[i]};
     char ctx[64];
     snprintf(ctx, sizeof ctx, "perm {%d,%d,%d}", perms[i][0], perms[i][1], perms[i][2]);
@@ -239,8 +170,8 @@ static void test_reshape__infer_and_rank0(void **state) {
       {2, {3, 0}, 2, {0, 5}, {0, 5}},    /* zero-size */
   };
   tu_rng rng = {201};
-  for (size_t c = 0; c < N_OF(cases); c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
       char ctx[96];
       snprintf(ctx, sizeof ctx, "reshape case %zu %s", c, graft_dtype_name(k_dtypes[d]));
       graft_tensor *x = rand_tensor(&rng, k_dtypes[d], cases[c].in_rank, cases[c].in);
@@ -249,7 +180,7 @@ static void test_reshape__infer_and_rank0(void **state) {
       for (int64_t i = 0; i < n; i++) want[i] = tu_get(x, i);
       shape_param p = {.kind = K_RESHAPE, .rank = cases[c].rank, .shape = cases[c].target};
       graft_tensor *out = run_ok(&p, 1, &x, k_dtypes[d], cases[c].rank, cases[c].want, ctx);
-      expect_values(out, want, n, 0.0, ctx);
+      tu_assert_values(out, want, n, 0.0, ctx);
       graft_tensor_destroy(out);
       graft_tensor_destroy(x);
       free(want);
@@ -263,7 +194,7 @@ static void test_reshape__size_mismatch_is_eshape(void **state) {
   static const struct { int rank; const int64_t *t; } cases[] = {{2, t1}, {2, t2}, {1, t3}, {3, t4}};
   tu_rng rng = {202};
   graft_tensor *x = rand_tensor(&rng, GRAFT_F64, 3, s);
-  for (size_t i = 0; i < N_OF(cases); i++) {
+  for (size_t i = 0; i < TU_N_OF(cases); i++) {
     shape_param p = {.kind = K_RESHAPE, .rank = cases[i].rank, .shape = cases[i].t};
     char ctx[64];
     snprintf(ctx, sizeof ctx, "reshape [2,3,4] case %zu", i);
@@ -304,19 +235,19 @@ static void test_broadcast_to__numpy_rules(void **state) {
       {1, {1}, 3, {2, 3, 4}},    {2, {3, 1}, 2, {3, 0}},    {1, {1}, 1, {0}},
   };
   tu_rng rng = {301};
-  for (size_t c = 0; c < N_OF(cases); c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
       char ctx[96];
       snprintf(ctx, sizeof ctx, "broadcast_to case %zu %s", c, graft_dtype_name(k_dtypes[d]));
       graft_tensor *x = rand_tensor(&rng, k_dtypes[d], cases[c].in_rank, cases[c].in);
-      int64_t n = numel_of(cases[c].rank, cases[c].target);
+      int64_t n = tu_numel(cases[c].rank, cases[c].target);
       double *want = alloc_want(n);
       for (int64_t j = 0; j < n; j++)
-        want[j] = tu_get(x, bcast_src(cases[c].rank, cases[c].target, j, cases[c].in_rank,
-                                      cases[c].in));
+        want[j] = tu_get(x, tu_bcast_src(cases[c].rank, cases[c].target, j, cases[c].in_rank,
+                                         cases[c].in));
       shape_param p = {.kind = K_BROADCAST_TO, .rank = cases[c].rank, .shape = cases[c].target};
       graft_tensor *out = run_ok(&p, 1, &x, k_dtypes[d], cases[c].rank, cases[c].target, ctx);
-      expect_values(out, want, n, 0.0, ctx);
+      tu_assert_values(out, want, n, 0.0, ctx);
       graft_tensor_destroy(out);
       graft_tensor_destroy(x);
       free(want);
@@ -337,7 +268,7 @@ static void test_broadcast_to__incompatible_is_eshape(void **state) {
       {1, {2}, 1, {0}},       /* 2 vs 0 */
   };
   tu_rng rng = {302};
-  for (size_t c = 0; c < N_OF(cases); c++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++) {
     graft_tensor *x = rand_tensor(&rng, GRAFT_F32, cases[c].in_rank, cases[c].in);
     shape_param p = {.kind = K_BROADCAST_TO, .rank = cases[c].rank, .shape = cases[c].target};
     char ctx[64];
@@ -363,8 +294,8 @@ static void test_sum_to_shape__reduces_broadcast_dims(void **state) {
       {2, {0, 3}, 1, {3}},          {2, {0, 3}, 2, {1, 1}},       {2, {3, 0}, 2, {3, 1}},
   };
   tu_rng rng = {401};
-  for (size_t c = 0; c < N_OF(cases); c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
       graft_dtype dt = k_dtypes[d];
       char ctx[96];
       snprintf(ctx, sizeof ctx, "sum_to_shape case %zu %s", c, graft_dtype_name(dt));
@@ -372,15 +303,15 @@ static void test_sum_to_shape__reduces_broadcast_dims(void **state) {
       graft_tensor *x = dt == GRAFT_I32
                             ? tu_tensor_rand(&rng, dt, cases[c].in_rank, cases[c].in, -100, 100)
                             : tu_tensor_rand(&rng, dt, cases[c].in_rank, cases[c].in, 0.5, 1.5);
-      int64_t n = numel_of(cases[c].rank, cases[c].target);
+      int64_t n = tu_numel(cases[c].rank, cases[c].target);
       double *want = alloc_want(n);
       for (int64_t j = 0; j < n; j++) want[j] = 0.0;
       for (int64_t e = 0; e < graft_tensor_numel(x); e++)
-        want[bcast_src(cases[c].in_rank, cases[c].in, e, cases[c].rank, cases[c].target)] +=
+        want[tu_bcast_src(cases[c].in_rank, cases[c].in, e, cases[c].rank, cases[c].target)] +=
             tu_get(x, e);
       shape_param p = {.kind = K_SUM_TO_SHAPE, .rank = cases[c].rank, .shape = cases[c].target};
       graft_tensor *out = run_ok(&p, 1, &x, dt, cases[c].rank, cases[c].target, ctx);
-      expect_values(out, want, n, dt == GRAFT_F32 ? 1e-5 : dt == GRAFT_F64 ? 1e-13 : 0.0, ctx);
+      tu_assert_values(out, want, n, dt == GRAFT_F32 ? 1e-5 : dt == GRAFT_F64 ? 1e-13 : 0.0, ctx);
       graft_tensor_destroy(out);
       graft_tensor_destroy(x);
       free(want);
@@ -394,7 +325,7 @@ static void test_sum_to_shape__incompatible_is_eshape(void **state) {
   static const struct { int rank; const int64_t *t; } cases[] = {{1, t1}, {2, t2}, {4, t3}};
   tu_rng rng = {402};
   graft_tensor *x = rand_tensor(&rng, GRAFT_F32, 3, s);
-  for (size_t i = 0; i < N_OF(cases); i++) {
+  for (size_t i = 0; i < TU_N_OF(cases); i++) {
     shape_param p = {.kind = K_SUM_TO_SHAPE, .rank = cases[i].rank, .shape = cases[i].t};
     char ctx[64];
     snprintf(ctx, sizeof ctx, "sum_to_shape [2,3,4] case %zu", i);
@@ -410,21 +341,21 @@ static void check_slices(const int64_t (*begin)[3], const int64_t (*size)[3],
   static const int64_t s[3] = {4, 5, 6};
   tu_rng rng = {seed};
   for (size_t c = 0; c < n_cases; c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
       char ctx[96];
       snprintf(ctx, sizeof ctx, "slice case %zu %s", c, graft_dtype_name(k_dtypes[d]));
       graft_tensor *x = rand_tensor(&rng, k_dtypes[d], 3, s);
-      int64_t n = numel_of(3, want_shape[c]);
+      int64_t n = tu_numel(3, want_shape[c]);
       double *want = alloc_want(n);
       for (int64_t j = 0; j < n; j++) {
         int64_t idx[3];
-        unravel(j, 3, want_shape[c], idx);
+        tu_unravel(j, 3, want_shape[c], idx);
         for (int i = 0; i < 3; i++) idx[i] += begin[c][i];
-        want[j] = tu_get(x, ravel(idx, 3, s));
+        want[j] = tu_get(x, tu_ravel(idx, 3, s));
       }
       shape_param p = {.kind = K_SLICE, .begin = begin[c], .size = size[c]};
       graft_tensor *out = run_ok(&p, 1, &x, k_dtypes[d], 3, want_shape[c], ctx);
-      expect_values(out, want, n, 0.0, ctx);
+      tu_assert_values(out, want, n, 0.0, ctx);
       graft_tensor_destroy(out);
       graft_tensor_destroy(x);
       free(want);
@@ -436,7 +367,7 @@ static void test_slice__begin_size_and_to_end(void **state) {
   static const int64_t begin[][3] = {{1, 0, 2}, {0, 0, 0}, {3, 4, 5}, {1, 2, 3}, {0, 1, 0}};
   static const int64_t size[][3] = {{2, -1, 3}, {-1, -1, -1}, {1, 1, 1}, {-1, 2, -1}, {4, 4, 6}};
   static const int64_t want[][3] = {{2, 5, 3}, {4, 5, 6}, {1, 1, 1}, {3, 2, 3}, {4, 4, 6}};
-  check_slices(begin, size, want, N_OF(begin), 501);
+  check_slices(begin, size, want, TU_N_OF(begin), 501);
 }
 
 static void test_slice__zero_size(void **state) {
@@ -444,7 +375,7 @@ static void test_slice__zero_size(void **state) {
   static const int64_t begin[][3] = {{2, 1, 0}, {0, 0, 3}, {4, 0, 6}, {1, 5, 2}};
   static const int64_t size[][3] = {{0, 2, -1}, {-1, -1, 0}, {-1, 2, -1}, {2, -1, 1}};
   static const int64_t want[][3] = {{0, 2, 6}, {4, 5, 0}, {0, 2, 0}, {2, 0, 1}};
-  check_slices(begin, size, want, N_OF(begin), 502);
+  check_slices(begin, size, want, TU_N_OF(begin), 502);
 }
 
 static void test_slice__out_of_bounds_is_einval(void **state) {
@@ -454,7 +385,7 @@ static void test_slice__out_of_bounds_is_einval(void **state) {
   int64_t s[3] = {4, 5, 6};
   tu_rng rng = {503};
   graft_tensor *x = rand_tensor(&rng, GRAFT_F32, 3, s);
-  for (size_t c = 0; c < N_OF(begin); c++) {
+  for (size_t c = 0; c < TU_N_OF(begin); c++) {
     shape_param p = {.kind = K_SLICE, .begin = begin[c], .size = size[c]};
     char ctx[64];
     snprintf(ctx, sizeof ctx, "slice [4,5,6] case %zu", c);
@@ -481,8 +412,8 @@ static void test_concat__each_axis(void **state) {
       {2, -1, 2, {3, 0}, {2, 3}},
   };
   tu_rng rng = {601};
-  for (size_t c = 0; c < N_OF(cases); c++)
-    for (size_t d = 0; d < N_OF(k_dtypes); d++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++) {
       int r = cases[c].rank, n_in = cases[c].n;
       int ax = cases[c].axis < 0 ? cases[c].axis + r : cases[c].axis;
       char ctx[96];
@@ -497,18 +428,18 @@ static void test_concat__each_axis(void **state) {
         os[ax] += cases[c].sizes[k];
         in[k] = rand_tensor(&rng, k_dtypes[d], r, shapes[k]);
       }
-      int64_t n = numel_of(r, os);
+      int64_t n = tu_numel(r, os);
       double *want = alloc_want(n);
       for (int64_t j = 0; j < n; j++) {
         int64_t idx[3] = {0, 0, 0};
-        unravel(j, r, os, idx);
+        tu_unravel(j, r, os, idx);
         int k = 0;
         while (idx[ax] >= shapes[k][ax]) idx[ax] -= shapes[k++][ax];
-        want[j] = tu_get(in[k], ravel(idx, r, shapes[k]));
+        want[j] = tu_get(in[k], tu_ravel(idx, r, shapes[k]));
       }
       shape_param p = {.kind = K_CONCAT, .axis = cases[c].axis};
       graft_tensor *out = run_ok(&p, n_in, in, k_dtypes[d], r, os, ctx);
-      expect_values(out, want, n, 0.0, ctx);
+      tu_assert_values(out, want, n, 0.0, ctx);
       graft_tensor_destroy(out);
       for (int k = 0; k < n_in; k++) graft_tensor_destroy(in[k]);
       free(want);
@@ -543,7 +474,8 @@ static void test_concat__mismatches(void **state) {
   p.axis = 1; /* fine on axis 1 ... */
   char msg[512];
   graft_tensor *out = NULL;
-  assert_int_equal(tu_run(g_rt, trace_shape, &p, 2, in, 1, &out, msg), GRAFT_OK);
+  tu_assert_run_ok(tu_run(g_rt, trace_shape, &p, 2, in, 1, &out, msg),
+                   "concat [2,3] with [2,4] on axis 1", msg);
   graft_tensor_destroy(out);
   p.axis = 0; /* ... not on axis 0 */
   expect_fail(&p, 2, in, GRAFT_ESHAPE, "concat [2,3] with [2,4] on axis 0");
@@ -572,8 +504,8 @@ static void test_one_hot__labels_and_out_of_range(void **state) {
       {2, {2, 3}, l0, 4}, {1, {5}, l1, 1}, {0, {0}, l2, 3}, {1, {4}, l3, 7}, {1, {5}, l1, 0},
   };
   static const graft_dtype out_dts[] = {GRAFT_F32, GRAFT_F64};
-  for (size_t c = 0; c < N_OF(cases); c++)
-    for (size_t d = 0; d < N_OF(out_dts); d++) {
+  for (size_t c = 0; c < TU_N_OF(cases); c++)
+    for (size_t d = 0; d < TU_N_OF(out_dts); d++) {
       char ctx[96];
       snprintf(ctx, sizeof ctx, "one_hot case %zu %s", c, graft_dtype_name(out_dts[d]));
       graft_tensor *x = NULL;
@@ -588,7 +520,7 @@ static void test_one_hot__labels_and_out_of_range(void **state) {
         for (int64_t k = 0; k < depth; k++) want[i * depth + k] = cases[c].labels[i] == k ? 1.0 : 0.0;
       shape_param p = {.kind = K_ONE_HOT, .depth = depth, .dt = out_dts[d]};
       graft_tensor *out = run_ok(&p, 1, &x, out_dts[d], cases[c].rank + 1, os, ctx);
-      expect_values(out, want, nl * depth, 0.0, ctx);
+      tu_assert_values(out, want, nl * depth, 0.0, ctx);
       graft_tensor_destroy(out);
       graft_tensor_destroy(x);
       free(want);
@@ -600,7 +532,7 @@ static void test_one_hot__bad_labels_dtype_depth(void **state) {
   int64_t s[1] = {3};
   tu_rng rng = {701};
   static const graft_dtype float_dts[] = {GRAFT_F32, GRAFT_F64};
-  for (size_t d = 0; d < N_OF(float_dts); d++) {
+  for (size_t d = 0; d < TU_N_OF(float_dts); d++) {
     graft_tensor *x = tu_tensor_rand(&rng, float_dts[d], 1, s, 0, 3);
     shape_param p = {.kind = K_ONE_HOT, .depth = 4, .dt = GRAFT_F32};
     expect_fail(&p, 1, &x, GRAFT_EDTYPE, "one_hot with float labels");
@@ -622,8 +554,8 @@ static void test_cast__integer_values_all_pairs(void **state) {
   (void)state;
   int64_t s[2] = {3, 7};
   tu_rng rng = {801};
-  for (size_t a = 0; a < N_OF(k_dtypes); a++)
-    for (size_t b = 0; b < N_OF(k_dtypes); b++) {
+  for (size_t a = 0; a < TU_N_OF(k_dtypes); a++)
+    for (size_t b = 0; b < TU_N_OF(k_dtypes); b++) {
       graft_tensor *x = NULL;
       assert_int_equal(graft_tensor_create(k_dtypes[a], 2, s, &x), GRAFT_OK);
       double want[21];
@@ -639,7 +571,7 @@ static void test_cast__integer_values_all_pairs(void **state) {
                graft_dtype_name(k_dtypes[b]));
       shape_param p = {.kind = K_CAST, .dt = k_dtypes[b]};
       graft_tensor *out = run_ok(&p, 1, &x, k_dtypes[b], 2, s, ctx);
-      expect_values(out, want, 21, 0.0, ctx);
+      tu_assert_values(out, want, 21, 0.0, ctx);
       graft_tensor_destroy(out);
       graft_tensor_destroy(x);
     }
@@ -656,7 +588,7 @@ static void test_cast__rounding(void **state) {
   for (int i = 0; i < 40; i++) want[i] = (double)(float)tu_get(x, i);
   shape_param p = {.kind = K_CAST, .dt = GRAFT_F32};
   graft_tensor *out = run_ok(&p, 1, &x, GRAFT_F32, 1, s, "cast f64 -> f32");
-  expect_values(out, want, 40, 0.0, "cast f64 -> f32");
+  tu_assert_values(out, want, 40, 0.0, "cast f64 -> f32");
   graft_tensor_destroy(out);
   graft_tensor_destroy(x);
 
@@ -664,7 +596,7 @@ static void test_cast__rounding(void **state) {
   for (int i = 0; i < 40; i++) want[i] = tu_get(x, i);
   p.dt = GRAFT_F64;
   out = run_ok(&p, 1, &x, GRAFT_F64, 1, s, "cast f32 -> f64");
-  expect_values(out, want, 40, 0.0, "cast f32 -> f64");
+  tu_assert_values(out, want, 40, 0.0, "cast f32 -> f64");
   graft_tensor_destroy(out);
   graft_tensor_destroy(x);
 
@@ -675,12 +607,12 @@ static void test_cast__rounding(void **state) {
   for (int i = 0; i < 5; i++) want[i] = (double)(float)big[i];
   p.dt = GRAFT_F32;
   out = run_ok(&p, 1, &x, GRAFT_F32, 1, s5, "cast i32 -> f32");
-  expect_values(out, want, 5, 0.0, "cast i32 -> f32");
+  tu_assert_values(out, want, 5, 0.0, "cast i32 -> f32");
   graft_tensor_destroy(out);
   for (int i = 0; i < 5; i++) want[i] = (double)big[i];
   p.dt = GRAFT_F64;
   out = run_ok(&p, 1, &x, GRAFT_F64, 1, s5, "cast i32 -> f64");
-  expect_values(out, want, 5, 0.0, "cast i32 -> f64");
+  tu_assert_values(out, want, 5, 0.0, "cast i32 -> f64");
   graft_tensor_destroy(out);
   graft_tensor_destroy(x);
 }
@@ -717,5 +649,5 @@ int main(void) {
       cmocka_unit_test(test_cast__rounding),
       cmocka_unit_test(test_cast__invalid_dtype_is_edtype),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }
