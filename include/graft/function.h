@@ -68,9 +68,12 @@ typedef struct graft_plan_stats {
   int64_t tiles;          /* scheduled units (nodes or tiles) */
   int64_t arena_bytes;    /* bytes of the intermediate arena */
   int64_t naive_bytes;    /* bytes with one buffer per value (no reuse) */
-  int64_t load_bytes;     /* max live bytes over the compile order */
-  int64_t bound_bytes;    /* parallel-safe lower bound */
-  int64_t inplace;        /* values written over an input */
+  int64_t load_bytes;     /* max live bytes over the compile order: no
+                             correct plan's arena is smaller */
+  int64_t bound_bytes;    /* parallel-safe lower bound: bytes of a set of
+                             values that may all be live at once in some
+                             schedule (>= load_bytes) */
+  int64_t inplace;        /* values written over an input (in place) */
   int64_t parts;          /* partition parts holding work */
   int64_t cut_bytes;      /* bytes of values read in another part than written */
   int64_t work;           /* estimated work of the plan (cost column units) */
@@ -80,6 +83,10 @@ typedef struct graft_plan_stats {
   int trace_count;        /* times the callback ran */
   int plan_count;         /* plans currently cached */
   double compile_us;      /* time to compile this plan */
+  double planner_us;      /* of which the memory planner */
+  int planner_exact;      /* 1: reuse decided by exact reachability; 0: the
+                             graph was too large (> 16384 compute nodes) and
+                             only single-reader in-place chains share bytes */
 } graft_plan_stats;
 
 /* Create a function on rt.  desc is copied.  GRAFT_EINVAL for a NULL trace

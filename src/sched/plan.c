@@ -102,9 +102,10 @@ out:
   return st;
 }
 
+/* The compute nodes in topological order and their kernel arguments; data
+ * pointers are set once the memory plan exists (place). */
 static graft_status layout(graft__plan *p) {
   const graft__graph *g = p->g;
-  size_t at = 0;
   int64_t n_ins = 0;
   for (uint32_t id = 0; id < g->n_nodes; id++) {
     p->offset[id] = NO_SLOT;
@@ -113,14 +114,9 @@ static graft_status layout(graft__plan *p) {
     p->order[p->n_order++] = id;
     n_ins += n->n_in;
     if (graft__ops[n->op].flags & GRAFT__OPF_FALLIBLE) p->fallible = 1;
-    size_t bytes = (size_t)p->views[id].numel * graft_dtype_size(p->views[id].dtype);
-    p->offset[id] = at;
-    at += (bytes + GRAFT__ALIGN - 1) & ~(size_t)(GRAFT__ALIGN - 1);
   }
-  p->arena_bytes = at;
-  p->arena = graft__aligned_alloc(at ? at : GRAFT__ALIGN, GRAFT__ALIGN);
   p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
-  if (!p->arena || !p->in_ptrs) return GRAFT_ENOMEM;
+  if (!p->in_ptrs) return GRAFT_ENOMEM;
   int64_t k = 0;
   for (uint32_t i = 0; i < p->n_order; i++) {
     uint32_t id = p->order[i];
@@ -131,8 +127,16 @@ static graft_status layout(graft__plan *p) {
     ka->in = &p->in_ptrs[k];
     for (int j = 0; j < n->n_in; j++) p->in_ptrs[k++] = &p->views[n->in[j]];
     ka->out = &p->views[id];
-    p->views[id].data = p->arena + p->offset[id];
   }
+  return GRAFT_OK;
+}
+
+/* Allocate the arena the memory plan asked for and point the views at it. */
+static graft_status place(graft__plan *p) {
+  p->arena = graft__aligned_alloc(p->arena_bytes ? p->arena_bytes : GRAFT__ALIGN, GRAFT__ALIGN);
+  if (!p->arena) return GRAFT_ENOMEM;
+  for (uint32_t i = 0; i < p->n_order; i++)
+    p->views[p->order[i]].data = p->arena + p->offset[p->order[i]];
   return GRAFT_OK;
 }
 
@@ -206,36 +210,6 @@ static void fill_stats(graft__plan *p) {
   s->pruned_nodes = (int64_t)g->n_nodes - live;
   s->tiles = p->n_tasks;
   s->arena_bytes = (int64_t)p->arena_bytes;
-  s->naive_bytes = (int64_t)p->arena_bytes;
-  /* LOAD over the compile order: a value is live from its writer to its last
-   * reader. */
-  int64_t *last = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *last);
-  if (last) {
-    for (uint32_t id = 0; id < g->n_nodes; id++) last[id] = -1;
-    for (uint32_t i = 0; i < p->n_order; i++) {
-      const graft__node *n = graft__graph_node(g, p->order[i]);
-      last[p->order[i]] = GRAFT__MAX(last[p->order[i]], (int64_t)i);
-      for (int j = 0; j < n->n_in; j++) last[n->in[j]] = i;
-    }
-    for (int i = 0; i < g->n_outputs; i++) last[g->outputs[i]] = p->n_order;
-    int64_t cur = 0, peak = 0;
-    for (uint32_t i = 0; i < p->n_order; i++) {
-      uint32_t id = p->order[i];
-      cur += (int64_t)(p->views[id].numel * (int64_t)graft_dtype_size(p->views[id].dtype));
-      peak = GRAFT__MAX(peak, cur);
-      const graft__node *n = graft__graph_node(g, id);
-      for (int j = 0; j < n->n_in; j++) {
-        uint32_t src = n->in[j];
-        if (p->offset[src] != NO_SLOT && last[src] == (int64_t)i) {
-          cur -= (int64_t)(p->views[src].numel * (int64_t)graft_dtype_size(p->views[src].dtype));
-          last[src] = -2; /* counted once even if read twice by this node */
-        }
-      }
-    }
-    s->load_bytes = peak;
-    graft__free(last);
-  }
-  s->bound_bytes = s->load_bytes;
 }
 
 graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
@@ -263,9 +237,16 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
     graft__plan_destroy(p);
     return st;
   }
-  if (layout(p) || link(p) || graft__plan_tile(p, opts->grain) ||
-      graft__plan_partition(p, opts->n_parts))
+  if (layout(p) || link(p) || graft__memplan(p) || place(p) ||
+      graft__plan_tile(p, opts->grain) || graft__plan_partition(p, opts->n_parts))
     goto nomem;
+#ifdef GRAFT_PLAN_CHECK
+  /* Debug builds verify every plan against the DAG. */
+  if ((st = graft__plan_check(p, msg))) {
+    graft__plan_destroy(p);
+    return st;
+  }
+#endif
   fill_stats(p);
   p->stats.compile_us = graft__now_us() - t0;
   *out = p;

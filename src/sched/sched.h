@@ -71,6 +71,18 @@ typedef struct graft__plan_opts {
 graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
                                  const graft__plan_opts *opts, graft__plan **out, char *msg);
 
+/* ---- memory (memplan.c, plan_check.c) ------------------------------------ */
+/* Give every compute value an arena offset (p->offset, p->arena_bytes) with
+ * parallel-safe reuse and in-place writes; fills the memory stats. */
+graft_status graft__memplan(graft__plan *p);
+/* Test-only: when set, plans compiled afterwards give every value its own
+ * bytes (no reuse, no in-place), the oracle for the planner. */
+extern int graft__memplan_naive;
+/* Verify p's memory plan against its DAG: alignment, bounds, and that no two
+ * values whose lifetimes may overlap in some schedule share bytes.  Returns
+ * GRAFT_EINTERNAL with msg naming the two nodes on a violation. */
+graft_status graft__plan_check(const graft__plan *p, char *msg);
+
 /* ---- tiles (tiles.c) ------------------------------------------------------ */
 /* Work estimate of order position i (cost column x elements or MACs). */
 int64_t graft__plan_node_work(const graft__plan *p, uint32_t i);

@@ -1,0 +1,448 @@
+/* bench_branches: parallel speedup on independent mid-sized branches.
+ *
+ * One traced function: 16 independent two-layer MLP branches over a shared
+ * input x [64,256] f32,
+ *   y_b = relu(x @ W1_b + b1_b) @ W2_b + b2_b     (W [256,256], b [256]),
+ * weights held in graft variables, and the 16 outputs summed by a binary
+ * tree of adds.  Each call is 32 GEMMs of 64x256x256 plus small elementwise
+ * ops: 95 compute nodes, of which 16 chains can run at once.
+ *
+ * It runs on work-stealing (ws) and OpenMP-task (omp) runtimes at 1, 2 and 4
+ * threads (4 even when fewer CPUs are available: such rows are marked
+ * oversubscribed) and at 8 and 16 when the process may use that many CPUs,
+ * on the sequential executor (seq), and as a direct C loop of cblas_sgemm
+ * and plain loops (direct, the reference every output is checked against),
+ * all in this process, with the default grain.  Every rep calls each config
+ * (rotating which goes first) until about TARGET_REP_US has passed;
+ * median_us is the median time per call.  speedup_vs_1t = ws at 1 thread /
+ * this row; ratio_vs_omp = this row / omp at the same thread count;
+ * ratio_vs_seq = this row / seq.
+ *
+ * Usage: bench_branches [--json] [--reps N]
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h) */
+
+#include <cblas.h>
+#include <inttypes.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "graft.h"
+
+#define BRANCHES 16
+#define BATCH 64
+#define WIDTH 256
+#define MIN_REPS 9
+#define DEFAULT_REPS 11
+#define TARGET_REP_US 20000.0
+#define MAX_CONFIGS 16
+
+typedef enum sched_kind { SCHED_WS, SCHED_OMP, SCHED_SEQ, SCHED_DIRECT } sched_kind;
+static const char *const SCHED_NAMES[] = {"ws", "omp", "seq", "direct"};
+
+typedef struct config {
+  sched_kind sched;
+  int threads;
+  graft_runtime *rt;        /* NULL for direct */
+  graft_function *f;        /* NULL for direct */
+  char describe[256];
+  double median_us;
+  int inner;                /* calls per rep */
+} config;
+
+typedef struct model {
+  float *x;                 /* [BATCH, WIDTH] */
+  graft_variable *w1[BRANCHES], *b1[BRANCHES], *w2[BRANCHES], *b2[BRANCHES];
+  float *h, *y, *ref;       /* direct-baseline scratch and result */
+} model;
+
+typedef struct options {
+  int json;
+  int reps;
+} options;
+
+/* ---- the model ------------------------------------------------------------ */
+
+static void fill(float *p, int64_t count, uint64_t seed, float scale) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < count; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p[i] = scale * (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+}
+
+static int report(graft_status s, const char *what, const graft_function *f) {
+  if (s == GRAFT_OK) return 0;
+  fprintf(stderr, "bench_branches: %s failed: %s (%s)%s%s\n", what, graft_status_name(s),
+          graft_status_str(s), f ? ": " : "", f ? graft_function_errmsg(f) : "");
+  return -1;
+}
+
+static int model_create(model *m) {
+  memset(m, 0, sizeof *m);
+  const int64_t wshape[2] = {WIDTH, WIDTH}, bshape[1] = {WIDTH};
+  float *w = malloc(WIDTH * WIDTH * sizeof *w);
+  m->x = malloc(BATCH * WIDTH * sizeof *m->x);
+  m->h = malloc(BATCH * WIDTH * sizeof *m->h);
+  m->y = malloc(BATCH * WIDTH * sizeof *m->y);
+  m->ref = malloc(BATCH * WIDTH * sizeof *m->ref);
+  int rc = -1;
+  if (!w || !m->x || !m->h || !m->y || !m->ref) {
+    fprintf(stderr, "bench_branches: out of memory\n");
+    goto out;
+  }
+  fill(m->x, BATCH * WIDTH, 1, 1.0f);
+  /* Scaled so activations stay near 1 through both layers. */
+  const float ws = 1.0f / 16.0f; /* ~ sqrt(3 / WIDTH) */
+  for (int b = 0; b < BRANCHES; b++) {
+    char name[32];
+    snprintf(name, sizeof name, "w1_%d", b);
+    fill(w, WIDTH * WIDTH, 100 + 4 * (uint64_t)b, ws);
+    if (report(graft_variable_create(NULL, name, GRAFT_F32, 2, wshape, w, 0, &m->w1[b]),
+               "graft_variable_create", NULL))
+      goto out;
+    snprintf(name, sizeof name, "b1_%d", b);
+    fill(w, WIDTH, 101 + 4 * (uint64_t)b, 0.1f);
+    if (report(graft_variable_create(NULL, name, GRAFT_F32, 1, bshape, w, 0, &m->b1[b]),
+               "graft_variable_create", NULL))
+      goto out;
+    snprintf(name, sizeof name, "w2_%d", b);
+    fill(w, WIDTH * WIDTH, 102 + 4 * (uint64_t)b, ws);
+    if (report(graft_variable_create(NULL, name, GRAFT_F32, 2, wshape, w, 0, &m->w2[b]),
+               "graft_variable_create", NULL))
+      goto out;
+    snprintf(name, sizeof name, "b2_%d", b);
+    fill(w, WIDTH, 103 + 4 * (uint64_t)b, 0.1f);
+    if (report(graft_variable_create(NULL, name, GRAFT_F32, 1, bshape, w, 0, &m->b2[b]),
+               "graft_variable_create", NULL))
+      goto out;
+  }
+  rc = 0;
+out:
+  free(w);
+  return rc;
+}
+
+static void model_destroy(model *m) {
+  for (int b = 0; b < BRANCHES; b++) {
+    graft_variable_destroy(m->w1[b]);
+    graft_variable_destroy(m->b1[b]);
+    graft_variable_destroy(m->w2[b]);
+    graft_variable_destroy(m->b2[b]);
+  }
+  free(m->x);
+  free(m->h);
+  free(m->y);
+  free(m->ref);
+}
+
+static const float *var_data(const graft_variable *v) {
+  return graft_tensor_data(graft_variable_value(v));
+}
+
+/* out = in @ W + bias, then relu if asked: one branch layer in plain C. */
+static void direct_layer(const float *in, const graft_variable *w, const graft_variable *bias,
+                         int relu, float *out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BATCH, WIDTH, WIDTH, 1.0f, in, WIDTH,
+              var_data(w), WIDTH, 0.0f, out, WIDTH);
+  const float *bv = var_data(bias);
+  for (int i = 0; i < BATCH; i++)
+    for (int j = 0; j < WIDTH; j++) {
+      float v = out[i * WIDTH + j] + bv[j];
+      out[i * WIDTH + j] = relu && v < 0.0f ? 0.0f : v;
+    }
+}
+
+/* The direct baseline: the branches one after another, summed in order. */
+static void direct_call(model *m, float *out) {
+  for (int b = 0; b < BRANCHES; b++) {
+    direct_layer(m->x, m->w1[b], m->b1[b], 1, m->h);
+    direct_layer(m->h, m->w2[b], m->b2[b], 0, b ? m->y : out);
+    if (b)
+      for (int i = 0; i < BATCH * WIDTH; i++) out[i] += m->y[i];
+  }
+}
+
+static graft_status trace_branches(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                   graft_value **out, void *user) {
+  model *m = user;
+  if (n_in != 1 || n_out != 1)
+    return graft_trace_fail(t, GRAFT_EINVAL, "bench_branches: expected 1 input, 1 output");
+  graft_value *y[BRANCHES];
+  for (int b = 0; b < BRANCHES; b++) {
+    graft_value *h = graft_relu(
+        t, graft_add(t, graft_matmul(t, in[0], graft_read(t, m->w1[b]), 0), graft_read(t, m->b1[b])));
+    y[b] = graft_add(t, graft_matmul(t, h, graft_read(t, m->w2[b]), 0), graft_read(t, m->b2[b]));
+  }
+  for (int len = BRANCHES; len > 1; len /= 2) /* BRANCHES is a power of two */
+    for (int i = 0; i < len / 2; i++) y[i] = graft_add(t, y[2 * i], y[2 * i + 1]);
+  out[0] = y[0];
+  return GRAFT_OK;
+}
+
+/* ---- configs ---------------------------------------------------------------- */
+
+static int n_configs;
+static config CONFIGS[MAX_CONFIGS];
+
+static void add_config(sched_kind s, int threads) {
+  CONFIGS[n_configs++] = (config){.sched = s, .threads = threads};
+}
+
+/* ws and omp at 1, 2, 4 (always) and 8, 16 (when there are that many
+ * CPUs); then seq and direct. */
+static void plan_configs(long cpus) {
+  static const int threads[] = {1, 2, 4, 8, 16};
+  for (int s = SCHED_WS; s <= SCHED_OMP; s++)
+    for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
+      if (threads[i] <= 4 || threads[i] <= cpus) add_config((sched_kind)s, threads[i]);
+  add_config(SCHED_SEQ, 1);
+  add_config(SCHED_DIRECT, 1);
+}
+
+static int config_index(sched_kind s, int threads) {
+  for (int c = 0; c < n_configs; c++)
+    if (CONFIGS[c].sched == s && CONFIGS[c].threads == threads) return c;
+  return -1;
+}
+
+static int create_configs(model *m) {
+  graft_function_desc desc = {
+      .name = "branches", .trace = trace_branches, .user = m, .n_inputs = 1, .n_outputs = 1};
+  for (int c = 0; c < n_configs; c++) {
+    config *cf = &CONFIGS[c];
+    if (cf->sched == SCHED_DIRECT) {
+      snprintf(cf->describe, sizeof cf->describe,
+               "cblas_sgemm + plain loops, branches in sequence, on the calling thread");
+      continue;
+    }
+    graft_runtime_opts ro;
+    graft_runtime_opts_init(&ro);
+    ro.num_threads = cf->threads;
+    ro.sched = SCHED_NAMES[cf->sched];
+    char err[512] = "";
+    graft_status st = graft_runtime_create_ex(&ro, &cf->rt, err, sizeof err);
+    if (st != GRAFT_OK) {
+      fprintf(stderr, "bench_branches: graft_runtime_create (%s, %d threads) failed: %s (%s): %s\n",
+              ro.sched, ro.num_threads, graft_status_name(st), graft_status_str(st), err);
+      return -1;
+    }
+    graft_runtime_describe(cf->rt, cf->describe, sizeof cf->describe);
+    if (report(graft_function_create(cf->rt, &desc, &cf->f), "graft_function_create", NULL))
+      return -1;
+  }
+  return 0;
+}
+
+static void destroy_configs(void) {
+  for (int c = 0; c < n_configs; c++) {
+    graft_function_destroy(CONFIGS[c].f);
+    graft_runtime_destroy(CONFIGS[c].rt);
+  }
+}
+
+static int call_config(config *cf, model *m, graft_tensor *x, graft_tensor *out) {
+  if (cf->sched == SCHED_DIRECT) {
+    direct_call(m, graft_tensor_data(out));
+    return 0;
+  }
+  return report(graft_function_call(cf->f, 1, &x, 1, &out), "graft_function_call", cf->f);
+}
+
+static int check_output(const config *cf, const model *m, const graft_tensor *out) {
+  const float *y = graft_tensor_data(out);
+  double d = 0.0, my = 0.0;
+  for (int i = 0; i < BATCH * WIDTH; i++) {
+    double e = fabs((double)y[i] - (double)m->ref[i]);
+    if (!(e <= d)) d = e; /* NaN propagates */
+    if (fabs((double)m->ref[i]) > my) my = fabs((double)m->ref[i]);
+  }
+  if (d <= 1e-4 * (my > 1.0 ? my : 1.0)) return 0;
+  fprintf(stderr, "bench_branches: %s/%d differs from the direct result (max abs diff %g, max |y| %g)\n",
+          SCHED_NAMES[cf->sched], cf->threads, d, my);
+  return -1;
+}
+
+static int run(model *m, int reps) {
+  const int64_t xshape[2] = {BATCH, WIDTH};
+  graft_tensor *x = NULL, *out = NULL;
+  double *t = malloc((size_t)(n_configs * reps) * sizeof *t);
+  int rc = -1;
+  if (!t || report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &x), "graft_tensor_wrap", NULL) ||
+      report(graft_tensor_create(GRAFT_F32, 2, xshape, &out), "graft_tensor_create", NULL))
+    goto done;
+  direct_call(m, m->ref);
+  /* Warm-up: the first call traces and compiles; then calibrate. */
+  for (int c = 0; c < n_configs; c++) {
+    config *cf = &CONFIGS[c];
+    memset(graft_tensor_data(out), 0, BATCH * WIDTH * sizeof(float));
+    if (call_config(cf, m, x, out) || check_output(cf, m, out)) goto done;
+    double t0 = bench_now_us();
+    if (call_config(cf, m, x, out)) goto done;
+    double one = bench_now_us() - t0;
+    cf->inner = one > 0.0 ? (int)ceil(TARGET_REP_US / one) : 100;
+    if (cf->inner < 1) cf->inner = 1;
+    if (cf->inner > 1000) cf->inner = 1000;
+  }
+  for (int r = 0; r < reps; r++)
+    for (int k = 0; k < n_configs; k++) {
+      int c = (r + k) % n_configs;
+      config *cf = &CONFIGS[c];
+      double t0 = bench_now_us();
+      for (int i = 0; i < cf->inner; i++)
+        if (call_config(cf, m, x, out)) goto done;
+      t[c * reps + r] = (bench_now_us() - t0) / cf->inner;
+      if (check_output(cf, m, out)) goto done;
+    }
+  for (int c = 0; c < n_configs; c++) {
+    CONFIGS[c].median_us = bench_median(&t[c * reps], reps);
+    if (CONFIGS[c].f && graft_function_trace_count(CONFIGS[c].f) != 1)
+      fprintf(stderr, "bench_branches: warning: %s/%d traced %d times (expected 1)\n",
+              SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads,
+              graft_function_trace_count(CONFIGS[c].f));
+  }
+  rc = 0;
+done:
+  graft_tensor_destroy(out);
+  graft_tensor_destroy(x);
+  free(t);
+  return rc;
+}
+
+/* ---- output ----------------------------------------------------------------- */
+
+static void print_header(const bench_info *info, const char *blas, const options *opt) {
+  bench_kv extra[MAX_CONFIGS + 2];
+  char keys[MAX_CONFIGS][32];
+  char shape[128];
+  snprintf(shape, sizeof shape,
+           "%d branches of relu(x @ W1 + b1) @ W2 + b2, x [%d,%d] f32, W [%d,%d], tree sum",
+           BRANCHES, BATCH, WIDTH, WIDTH, WIDTH);
+  int n = 0;
+  extra[n++] = (bench_kv){"model", shape};
+  extra[n++] = (bench_kv){"blas", blas};
+  for (int c = 0; c < n_configs; c++) {
+    snprintf(keys[c], sizeof keys[c], "runtime %s/%d", SCHED_NAMES[CONFIGS[c].sched],
+             CONFIGS[c].threads);
+    extra[n++] = (bench_kv){keys[c], CONFIGS[c].describe};
+  }
+  bench_header_print(info, "bench_branches",
+                     "16 independent MLP branches: ws and omp at 1..N threads, seq, direct",
+                     extra, n, opt->json);
+  if (opt->json) return;
+  printf("# median_us: median time per call; speedup_vs_1t = ws at 1 thread / median_us;\n"
+         "# ratio_vs_omp = median_us / omp's at the same threads; ratio_vs_seq = median_us /\n"
+         "# seq's; threads marked * exceed the CPUs of this process (oversubscribed)\n");
+  printf("# %-8s %7s %-6s %4s %12s %13s %12s %12s\n", "name", "threads", "sched", "reps",
+         "median_us", "speedup_vs_1t", "ratio_vs_omp", "ratio_vs_seq");
+}
+
+static void print_rows(const options *opt, int reps, long cpus) {
+  double ws1 = CONFIGS[config_index(SCHED_WS, 1)].median_us;
+  double seq = CONFIGS[config_index(SCHED_SEQ, 1)].median_us;
+  for (int c = 0; c < n_configs; c++) {
+    const config *cf = &CONFIGS[c];
+    int omp = cf->sched == SCHED_WS || cf->sched == SCHED_OMP
+                  ? config_index(SCHED_OMP, cf->threads)
+                  : -1;
+    double vs_omp = omp >= 0 ? cf->median_us / CONFIGS[omp].median_us : NAN;
+    double speedup = ws1 / cf->median_us, vs_seq = cf->median_us / seq;
+    int over = cf->threads > cpus;
+    if (opt->json) {
+      printf("{\"type\":\"row\",\"name\":\"branches\",\"threads\":%d,\"sched\":\"%s\","
+             "\"oversubscribed\":%s,\"reps\":%d,\"calls_per_rep\":%d,\"median_us\":%.3f,"
+             "\"speedup_vs_1t\":%.4f,",
+             cf->threads, SCHED_NAMES[cf->sched], over ? "true" : "false", reps, cf->inner,
+             cf->median_us, speedup);
+      if (isnan(vs_omp))
+        printf("\"ratio_vs_omp\":null,");
+      else
+        printf("\"ratio_vs_omp\":%.4f,", vs_omp);
+      printf("\"ratio_vs_seq\":%.4f}\n", vs_seq);
+    } else {
+      char thr[16], vo[16];
+      snprintf(thr, sizeof thr, "%d%s", cf->threads, over ? "*" : "");
+      snprintf(vo, sizeof vo, isnan(vs_omp) ? "-" : "%.3f", vs_omp);
+      printf("%-10s %7s %-6s %4d %12.1f %13.3f %12s %12.3f\n", "branches", thr,
+             SCHED_NAMES[cf->sched], reps, cf->median_us, speedup, vo, vs_seq);
+    }
+  }
+  fflush(stdout);
+}
+
+/* ---- command line ------------------------------------------------------------ */
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "usage: bench_branches [--json] [--reps N]\n"
+          "  --json    one JSON object per line (a header, then one per row)\n"
+          "  --reps N  timed repetitions per config (>= %d, default %d)\n",
+          MIN_REPS, DEFAULT_REPS);
+}
+
+static int parse_args(int argc, char **argv, options *opt) {
+  memset(opt, 0, sizeof *opt);
+  opt->reps = DEFAULT_REPS;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(arg, "--json") == 0) {
+      opt->json = 1;
+    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      usage(stdout);
+      exit(0);
+    } else if (strcmp(arg, "--reps") == 0 && val) {
+      char *end;
+      long r = strtol(val, &end, 10);
+      if (*end || r < MIN_REPS || r > 100000) {
+        fprintf(stderr, "bench_branches: --reps needs an integer >= %d\n", MIN_REPS);
+        return -1;
+      }
+      opt->reps = (int)r;
+      i++;
+    } else {
+      usage(stderr);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options opt;
+  if (parse_args(argc, argv, &opt)) return 2;
+  bench_info info;
+  if (bench_info_collect(&info)) {
+    fprintf(stderr, "bench_branches: out of memory\n");
+    return 1;
+  }
+  char blas[320];
+  bench_setup_blas(blas, sizeof blas);
+  /* The CPUs this process may use: the affinity mask, as OpenMP sees it. */
+  long cpus = omp_get_num_procs();
+  if (info.nproc > 0 && info.nproc < cpus) cpus = info.nproc;
+  plan_configs(cpus);
+
+  model m;
+  int rc = 1;
+  if (model_create(&m) == 0 && create_configs(&m) == 0) {
+    print_header(&info, blas, &opt);
+    fflush(stdout);
+    if (run(&m, opt.reps) == 0) {
+      print_rows(&opt, opt.reps, cpus);
+      rc = 0;
+    }
+  }
+  destroy_configs();
+  model_destroy(&m);
+  bench_info_free(&info);
+  if (rc) fprintf(stderr, "bench_branches: failed\n");
+  return rc;
+}
