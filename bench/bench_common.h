@@ -246,4 +246,23 @@ static inline void bench_header_print(const bench_info *info, const char *bench,
   for (int i = 0; i < info->n_env; i++) printf("# env: %s\n", info->env[i]);
 }
 
+/* CPUs the calling thread may run on now (its affinity mask), or -1. */
+static inline long bench_thread_cpus(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1;
+}
+
+/* After the rows: the calling thread's CPU count before and after the
+ * experiments, since an executor may bind the thread that calls it. */
+static inline void bench_footer_print(long cpus_before, long cpus_after, int json) {
+  if (json)
+    printf("{\"type\":\"footer\",\"caller_cpus_before\":%ld,\"caller_cpus_after\":%ld}\n",
+           cpus_before, cpus_after);
+  else
+    printf("# calling thread may run on %ld CPU(s) before the experiments, %ld after%s\n",
+           cpus_before, cpus_after,
+           cpus_after < cpus_before ? " (an executor bound it and left it bound)" : "");
+}
+
 #endif /* GRAFT_BENCH_COMMON_H */

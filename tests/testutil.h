@@ -373,4 +373,15 @@ static inline void tu_assert_values_(const graft_tensor *t, const double *want, 
   }
 }
 
+/* ---- environment ----------------------------------------------------------- */
+
+/* The positive integer in environment variable name (a case count such as
+ * GRAFT_TEST_DAGS), or dflt when it is unset, empty or not positive. */
+static inline int64_t tu_env_count(const char *name, int64_t dflt) {
+  const char *e = getenv(name);
+  if (!e || !*e) return dflt;
+  long long v = atoll(e);
+  return v > 0 ? v : dflt;
+}
+
 #endif /* GRAFT_TESTUTIL_H */

@@ -79,7 +79,10 @@ static graft_status state_get(graft__plan *p, int n, struct graft__exec_state **
     return GRAFT_ENOMEM;
   }
   memset(s->w, 0, (size_t)n * sizeof *s->w);
-  int64_t cap = GRAFT__MIN(GRAFT__MAX(p->n_tasks, 16), 1 << 16);
+  /* A deque never holds more than every task of the plan, so sizing each
+   * for that means execution never allocates: no out-of-memory can strike
+   * after kernels started writing the caller's outputs. */
+  int64_t cap = GRAFT__MAX(p->n_tasks, 16);
   for (int i = 0; i < n; i++) {
     if (graft__deque_init(&s->w[i].dq, cap)) {
       s->n = i;

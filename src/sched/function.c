@@ -388,11 +388,16 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
     else if (p->offset[id] != SIZE_MAX)
       p->views[id].data = p->arena + p->offset[id];
   }
-  /* A fallible plan writes outputs through the arena, so a failure leaves
-   * the caller's tensors as they were. */
+  /* Outputs go straight into the caller's tensors only when nothing can
+   * fail once kernels run: shapes are checked at compile, executors never
+   * allocate, so only ops that fail on data (the plan's fallible flag) or a
+   * test's injected fault can.  Otherwise outputs go through the arena and
+   * are copied at commit, so a failure leaves the caller's tensors as they
+   * were. */
+  int may_fail = p->fallible || graft__exec_fault_hook != NULL;
   for (int i = 0; i < f->n_outputs; i++) {
     uint32_t id = g->outputs[i];
-    direct[i] = !p->fallible && p->offset[id] != SIZE_MAX;
+    direct[i] = !may_fail && p->offset[id] != SIZE_MAX;
     for (int k = 0; k < i && direct[i]; k++)
       if (g->outputs[k] == id) direct[i] = 0;
     for (int k = 0; k < f->n_inputs && direct[i]; k++)

@@ -4,8 +4,12 @@
  * reference computed up front, a counter variable must count every call, and
  * nothing may hang (the meson timeout) or leak (the ASan run).
  *
+ * A second case calls distinct functions from several threads at once on
+ * one runtime (a tenth as many calls per thread).
+ *
  * GRAFT_TEST_CALLS sets the number of calls (default 2000; the stress suite
  * runs 10000). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -179,9 +183,14 @@ static void test_graft_function_call__back_to_back_with_changing_runtimes(void *
   double mlp_calls = counter(&fx);
   long long done = 0, epochs = 0;
 
+  int last_threads = 0;
   while (done < calls) {
-    /* A new runtime: scheduler, thread count and grain drawn at random. */
-    int omp = tu_int(&r, 0, 2) == 0, threads = (int)tu_int(&r, 1, 8);
+    /* A new runtime: scheduler, thread count (another than the last one's)
+     * and grain drawn at random. */
+    int omp = tu_int(&r, 0, 2) == 0, threads;
+    do threads = (int)tu_int(&r, 1, 8);
+    while (threads == last_threads);
+    last_threads = threads;
     int j = (int)tu_int(&r, 0, 1);
     int64_t grain = GRAINS[j];
     const char *sched = omp ? "omp" : "ws";
@@ -221,9 +230,83 @@ static void test_graft_function_call__back_to_back_with_changing_runtimes(void *
   fixture_free(&fx);
 }
 
+/* ---- distinct functions called at once on one runtime ------------------- */
+
+enum { CALLERS = 3 };
+
+typedef struct caller {
+  graft_function *f;
+  int g;                     /* graph (one without variables) */
+  const fixture *fx;
+  int j;                     /* grain index of the runtime */
+  long long calls;
+  long long bad_call;        /* first failing or differing call, or -1 */
+  graft_status st;
+  int bad_out;
+} caller;
+
+/* Runs on a plain thread: records, never asserts. */
+static void *caller_main(void *arg) {
+  caller *c = arg;
+  c->bad_call = -1;
+  for (long long k = 0; k < c->calls && c->bad_call < 0; k++) {
+    int i = (int)(k % N_INPUTS), n = graphs[c->g].n_out;
+    graft_tensor *out[MAX_OUT] = {NULL};
+    c->st = graft_function_call(c->f, 1, &c->fx->x[i], n, out);
+    for (int o = 0; o < n; o++) {
+      if (c->bad_call < 0 && (c->st || !bitwise_equal(out[o], c->fx->ref[c->j][c->g][i][o]))) {
+        c->bad_call = k;
+        c->bad_out = o;
+      }
+      graft_tensor_destroy(out[o]);
+    }
+  }
+  return NULL;
+}
+
+/* The runtime contract: distinct functions may run at once on one runtime
+ * (each call opens its own worker team). */
+static void test_graft_function_call__concurrent_functions_on_one_runtime(void **state) {
+  (void)state;
+  const char *e = getenv("GRAFT_TEST_CALLS");
+  long long calls = (e && atoll(e) > 0 ? atoll(e) : DEFAULT_CALLS) / 10;
+  fixture fx;
+  fixture_make(&fx);
+  static const struct {
+    const char *sched;
+    int threads, j;
+  } cfgs[] = {{"ws", 4, 0}, {"ws", 2, 1}, {"omp", 3, 0}};
+  for (size_t r = 0; r < sizeof cfgs / sizeof cfgs[0]; r++) {
+    graft_runtime *rt = runtime(cfgs[r].sched, cfgs[r].threads, GRAINS[cfgs[r].j]);
+    caller c[CALLERS];
+    pthread_t th[CALLERS];
+    for (int k = 0; k < CALLERS; k++) {
+      int g = 1 + k % (N_GRAPHS - 1); /* branches, tiny, identity: no variables */
+      graft_function_desc d = {.name = graphs[g].name, .trace = graphs[g].fn, .n_inputs = 1,
+                               .n_outputs = graphs[g].n_out};
+      c[k] = (caller){NULL, g, &fx, cfgs[r].j, calls < 20 ? 20 : calls, -1, GRAFT_OK, 0};
+      assert_int_equal(graft_function_create(rt, &d, &c[k].f), GRAFT_OK);
+    }
+    for (int k = 0; k < CALLERS; k++)
+      assert_int_equal(pthread_create(&th[k], NULL, caller_main, &c[k]), 0);
+    for (int k = 0; k < CALLERS; k++) assert_int_equal(pthread_join(th[k], NULL), 0);
+    for (int k = 0; k < CALLERS; k++) {
+      if (c[k].bad_call >= 0)
+        fail_msg("%s x%d, thread %d (%s): call %lld: %s, output %d %s", cfgs[r].sched,
+                 cfgs[r].threads, k, graphs[c[k].g].name, c[k].bad_call,
+                 graft_status_name(c[k].st), c[k].bad_out,
+                 c[k].st ? graft_function_errmsg(c[k].f) : "differs from seq");
+      graft_function_destroy(c[k].f);
+    }
+    graft_runtime_destroy(rt);
+  }
+  fixture_free(&fx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graft_function_call__back_to_back_with_changing_runtimes),
+      cmocka_unit_test(test_graft_function_call__concurrent_functions_on_one_runtime),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

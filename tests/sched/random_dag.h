@@ -1,0 +1,974 @@
+/* Seeded random DAGs for the scheduler tests (test_differential.c,
+ * test_memplan.c).
+ *
+ * A case is a seed.  spec_make draws the case description from it (dtype,
+ * a dim alphabet, inputs, variables, output and op counts); inputs_make
+ * draws the input data and creates the variables; dag_trace is the trace
+ * callback (user: the dag_spec) that draws every op from a generator seeded
+ * by the same seed, so every function traced from one seed records the same
+ * graph.  The graph mixes unary ops, broadcasting binary ops, where,
+ * reductions over random axes, small (batched) matmuls, transpose, reshape,
+ * slice, concat, softmax, constants, and reads and assignments of variables;
+ * operands come from every earlier value (fan-in and fan-out), and several
+ * values are outputs.  Values stay finite: each value carries a bound on its
+ * magnitude and large ones pass through tanh before an op could overflow
+ * them.
+ *
+ * Header-only (static inline); include after <cmocka.h> and testutil.h. */
+#ifndef GRAFT_TEST_RANDOM_DAG_H
+#define GRAFT_TEST_RANDOM_DAG_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define COUNT(arr) (sizeof(arr) / sizeof((arr)[0]))
+
+enum {
+  MAX_RANK = 4,
+  MAX_IN = 3,
+  MAX_VARS = 3,
+  MAX_OUT = 5,
+  MAX_POOL = 160,
+  MAX_NUMEL = 4096,
+};
+
+/* ---- case description (drawn from the seed, outside the trace) ---------- */
+
+typedef struct shape {
+  int rank;
+  int64_t d[GRAFT_MAX_RANK];
+} shape;
+
+typedef struct dag_spec {
+  uint64_t seed;
+  graft_dtype dt;
+  int64_t alphabet[3];  /* dims shared by shapes, so many of them broadcast */
+  int n_in, n_vars, n_out, n_ops;
+  shape in[MAX_IN], var[MAX_VARS];
+  graft_variable *vars[MAX_VARS];
+} dag_spec;
+
+static inline uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static inline tu_rng rng_from(uint64_t seed, uint64_t salt) {
+  tu_rng r = {splitmix(seed ^ salt) | 1u};
+  return r;
+}
+
+static inline int64_t numel_of(const shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->d[i];
+  return n;
+}
+
+static inline shape shape_of(const graft_value *v) {
+  shape s = {graft_value_rank(v), {0}};
+  const int64_t *d = graft_value_shape(v);
+  for (int i = 0; i < s.rank; i++) s.d[i] = d[i];
+  return s;
+}
+
+static inline int64_t random_dim(tu_rng *r, const dag_spec *s) {
+  int64_t k = tu_int(r, 0, 19);
+  if (k < 3) return 1;
+  if (k < 18) return s->alphabet[tu_int(r, 0, 2)];
+  return tu_int(r, 1, 9);
+}
+
+static inline shape random_shape(tu_rng *r, const dag_spec *s) {
+  static const int ranks[] = {0, 1, 2, 2, 3, 3, 3, 3, 4, 4};
+  shape sh = {ranks[tu_int(r, 0, 9)], {0}};
+  for (int i = 0; i < sh.rank; i++) sh.d[i] = random_dim(r, s);
+  while (numel_of(&sh) > MAX_NUMEL) sh.d[tu_int(r, 0, sh.rank - 1)] = 1;
+  return sh;
+}
+
+static inline void spec_make(dag_spec *s, uint64_t seed) {
+  memset(s, 0, sizeof *s);
+  tu_rng r = rng_from(seed, 0x5eed);
+  s->seed = seed;
+  s->dt = tu_int(&r, 0, 2) ? GRAFT_F64 : GRAFT_F32;
+  for (int i = 0; i < 3; i++) s->alphabet[i] = tu_int(&r, 3, 9);
+  s->n_in = (int)tu_int(&r, 1, MAX_IN);
+  s->n_vars = (int)tu_int(&r, 0, MAX_VARS);
+  s->n_out = (int)tu_int(&r, 1, MAX_OUT);
+  s->n_ops = (int)tu_int(&r, 6, 60);
+  for (int i = 0; i < s->n_in; i++) s->in[i] = random_shape(&r, s);
+  for (int i = 0; i < s->n_vars; i++) s->var[i] = random_shape(&r, s);
+}
+
+/* ---- the generator (runs inside the trace callback) ------------------- */
+
+typedef struct ent {
+  graft_value *v;
+  double mag;  /* bound on |element| */
+} ent;
+
+/* Whether a pool value feeds a later op: outputs prefer the ones that do
+ * not, so little of the graph is pruned. */
+
+typedef struct gen {
+  graft_trace *t;
+  const dag_spec *s;
+  tu_rng r;
+  ent pool[MAX_POOL];
+  uint8_t used[MAX_POOL];
+  int n;
+  double var_mag[MAX_VARS];
+  int failed;
+} gen;
+
+static inline int chance(gen *g, int percent) { return tu_int(&g->r, 0, 99) < percent; }
+
+static inline ent push(gen *g, graft_value *v, double mag) {
+  ent e = {v, mag};
+  if (graft_value_is_poison(v)) {
+    g->failed = 1;
+    return e;
+  }
+  if (g->n < MAX_POOL) g->pool[g->n++] = e;
+  return e;
+}
+
+/* Recent values half of the time (depth), any earlier value otherwise
+ * (fan-in from far back, fan-out of old values). */
+static inline ent take(gen *g, int64_t i) {
+  g->used[i] = 1;
+  return g->pool[i];
+}
+
+static inline ent tame(gen *g, ent e, double limit) {
+  if (e.mag <= limit) return e;
+  ent o = {graft_tanh(g->t, e.v), 1.0};
+  return o;
+}
+
+/* Operands are at most 1e6 in magnitude, so no op below can overflow f32. */
+static inline ent pick(gen *g) {
+  ent e = chance(g, 50) ? take(g, tu_int(&g->r, MAX(0, g->n - 4), g->n - 1))
+                        : take(g, tu_int(&g->r, 0, g->n - 1));
+  return tame(g, e, 1e6);
+}
+
+static inline graft_value *scalar(gen *g, double v) { return graft_scalar(g->t, g->s->dt, v); }
+
+/* NumPy broadcast of a and b into o; 0 if they do not broadcast. */
+static inline int broadcast(const shape *a, const shape *b, shape *o) {
+  int r = MAX(a->rank, b->rank);
+  for (int i = 0; i < r; i++) {
+    int64_t da = i < r - a->rank ? 1 : a->d[i - (r - a->rank)];
+    int64_t db = i < r - b->rank ? 1 : b->d[i - (r - b->rank)];
+    if (da != db && da != 1 && db != 1) return 0;
+    o->d[i] = da == 1 ? db : da;
+  }
+  o->rank = r;
+  return 1;
+}
+
+/* A pool value that broadcasts with a (a itself when nothing else does). */
+static inline ent pick_partner(gen *g, ent a) {
+  shape sa = shape_of(a.v), o;
+  int cand[MAX_POOL], n = 0;
+  for (int i = 0; i < g->n; i++) {
+    shape si = shape_of(g->pool[i].v);
+    if (broadcast(&sa, &si, &o) && numel_of(&o) <= MAX_NUMEL) cand[n++] = i;
+  }
+  if (n == 0) return a;
+  return tame(g, take(g, cand[tu_int(&g->r, 0, n - 1)]), 1e6);
+}
+
+static inline void op_unary(gen *g) {
+  ent x = pick(g);
+  graft_trace *t = g->t;
+  switch (tu_int(&g->r, 0, 13)) {
+  case 0: push(g, graft_tanh(t, x.v), 1); break;
+  case 1: push(g, graft_sigmoid(t, x.v), 1); break;
+  case 2: push(g, graft_sin(t, x.v), 1); break;
+  case 3: push(g, graft_cos(t, x.v), 1); break;
+  case 4: push(g, graft_neg(t, x.v), x.mag); break;
+  case 5: push(g, graft_abs(t, x.v), x.mag); break;
+  case 6: push(g, graft_relu(t, x.v), x.mag); break;
+  case 7: x = tame(g, x, 100); push(g, graft_square(t, x.v), x.mag * x.mag); break;
+  case 8: x = tame(g, x, 10); push(g, graft_exp(t, x.v), exp(x.mag)); break;
+  case 9: push(g, graft_log1p(t, graft_abs(t, x.v)), log1p(x.mag)); break;
+  case 10: push(g, graft_sqrt(t, graft_abs(t, x.v)), sqrt(x.mag)); break;
+  case 11: push(g, graft_sign(t, x.v), 1); break;
+  case 12: { /* log(|x| + 1) through add and log */
+    graft_value *y = graft_log(t, graft_add(t, graft_abs(t, x.v), scalar(g, 1.0)));
+    push(g, y, log1p(x.mag));
+    break;
+  }
+  default: { /* a cast round trip is exact */
+    graft_dtype other = g->s->dt == GRAFT_F32 ? GRAFT_F64 : GRAFT_F32;
+    graft_value *y = g->s->dt == GRAFT_F32 ? graft_cast(t, graft_cast(t, x.v, other), g->s->dt)
+                                           : graft_stop_gradient(t, x.v);
+    push(g, y, x.mag);
+    break;
+  }
+  }
+}
+
+static inline void op_binary(gen *g) {
+  ent a = pick(g), b = pick_partner(g, a);
+  graft_trace *t = g->t;
+  switch (tu_int(&g->r, 0, 9)) {
+  case 0: push(g, graft_add(t, a.v, b.v), a.mag + b.mag); break;
+  case 1: push(g, graft_sub(t, a.v, b.v), a.mag + b.mag); break;
+  case 2:
+    a = tame(g, a, 1e3), b = tame(g, b, 1e3);
+    push(g, graft_mul(t, a.v, b.v), a.mag * b.mag);
+    break;
+  case 3: /* b' = |b| + 1 >= 1 */
+    push(g, graft_div(t, a.v, graft_add(t, graft_abs(t, b.v), scalar(g, 1.0))), a.mag);
+    break;
+  case 4: push(g, graft_maximum(t, a.v, b.v), MAX(a.mag, b.mag)); break;
+  case 5: push(g, graft_minimum(t, a.v, b.v), MAX(a.mag, b.mag)); break;
+  case 6: /* (|a| + 1) ** tanh(b): positive base, exponent in (-1, 1) */
+    a = tame(g, a, 1e6);
+    push(g, graft_pow(t, graft_add(t, graft_abs(t, a.v), scalar(g, 1.0)), graft_tanh(t, b.v)),
+         a.mag + 1);
+    break;
+  case 7: push(g, graft_greater(t, a.v, b.v), 1); break;
+  case 8: push(g, graft_less(t, a.v, b.v), 1); break;
+  default: push(g, graft_equal(t, a.v, b.v), 1); break;
+  }
+}
+
+static inline void op_where(gen *g) {
+  ent a = pick(g), b = pick_partner(g, a), c = pick_partner(g, a);
+  shape sa = shape_of(a.v), sb = shape_of(b.v), sc = shape_of(c.v), ab, abc;
+  if (!broadcast(&sa, &sb, &ab) || !broadcast(&ab, &sc, &abc) || numel_of(&abc) > MAX_NUMEL)
+    c = a;
+  graft_value *cond = chance(g, 70) ? graft_greater(g->t, a.v, c.v) : c.v;
+  push(g, graft_where(g->t, cond, a.v, b.v), MAX(a.mag, b.mag));
+}
+
+static inline void random_axes(gen *g, int rank, int *n_axes, int *axes, int64_t *count,
+                        const shape *s) {
+  *n_axes = 0;
+  *count = 1;
+  if (rank == 0 || chance(g, 20)) {
+    *count = numel_of(s);
+    return;
+  }
+  for (int d = 0; d < rank; d++)
+    if (chance(g, 50)) {
+      axes[(*n_axes)++] = chance(g, 30) ? d - rank : d;
+      *count *= s->d[d];
+    }
+  if (*n_axes == 0) {
+    int d = (int)tu_int(&g->r, 0, rank - 1);
+    axes[(*n_axes)++] = d;
+    *count = s->d[d];
+  }
+}
+
+static inline void op_reduce(gen *g) {
+  ent x = pick(g);
+  shape s = shape_of(x.v);
+  int axes[GRAFT_MAX_RANK], n_axes, keep = chance(g, 50);
+  int64_t count;
+  random_axes(g, s.rank, &n_axes, axes, &count, &s);
+  const int *ax = n_axes ? axes : NULL;
+  graft_trace *t = g->t;
+  switch (tu_int(&g->r, 0, 4)) {
+  case 0: push(g, graft_reduce_sum(t, x.v, n_axes, ax, keep), x.mag * (double)count); break;
+  case 1: push(g, graft_reduce_mean(t, x.v, n_axes, ax, keep), x.mag); break;
+  case 2: push(g, graft_reduce_max(t, x.v, n_axes, ax, keep), x.mag); break;
+  case 3: /* |elements| <= 1 keeps the product <= 1 */
+    x = tame(g, x, 1);
+    push(g, graft_reduce_prod(t, x.v, n_axes, ax, keep), 1);
+    break;
+  default:
+    x = tame(g, x, 30);
+    push(g, graft_logsumexp(t, x.v, n_axes, ax, keep), x.mag + log((double)count) + 1);
+    break;
+  }
+}
+
+/* Batch dims of a and b (all but the last two) broadcast within the size
+ * limit, given the result's matrix dims m x n. */
+static inline int matmul_fits(const shape *a, const shape *b, int64_t m, int64_t n) {
+  shape ba = {a->rank - 2, {0}}, bb = {b->rank - 2, {0}}, o;
+  memcpy(ba.d, a->d, sizeof(int64_t) * (size_t)ba.rank);
+  memcpy(bb.d, b->d, sizeof(int64_t) * (size_t)bb.rank);
+  if (!broadcast(&ba, &bb, &o)) return 0;
+  return o.rank + 2 <= MAX_RANK && numel_of(&o) * m * n <= MAX_NUMEL;
+}
+
+static inline void op_matmul(gen *g) {
+  /* a: a recent value of rank >= 2, or one reshaped to a matrix. */
+  ent a = pick(g);
+  shape sa = shape_of(a.v);
+  if (sa.rank < 2) {
+    int64_t n = numel_of(&sa), rows = 1;
+    for (int64_t k = 2; k <= 9; k++)
+      if (n % k == 0 && chance(g, 50)) rows = k;
+    int64_t dims[2] = {rows, n / rows};
+    a.v = graft_reshape(g->t, a.v, 2, dims);
+    sa = shape_of(a.v);
+    if (g->failed || graft_value_is_poison(a.v)) {
+      g->failed = 1;
+      return;
+    }
+  }
+  a = tame(g, a, 1e3);
+  unsigned ta = chance(g, 30) ? GRAFT_TRANS_A : 0;
+  int64_t m = sa.d[sa.rank - (ta ? 1 : 2)], k = sa.d[sa.rank - (ta ? 2 : 1)];
+  int cand[2 * MAX_POOL], n_cand = 0;
+  for (int i = 0; i < g->n; i++) {
+    shape sb = shape_of(g->pool[i].v);
+    if (sb.rank < 2) continue;
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t bk = sb.d[sb.rank - (tb ? 1 : 2)], bn = sb.d[sb.rank - (tb ? 2 : 1)];
+      if (bk == k && matmul_fits(&sa, &sb, m, bn)) cand[n_cand++] = 2 * i + tb;
+    }
+  }
+  ent b;
+  unsigned tb;
+  if (n_cand) {
+    int c = cand[tu_int(&g->r, 0, n_cand - 1)];
+    b = take(g, c / 2);
+    tb = (c % 2) ? GRAFT_TRANS_B : 0;
+  } else { /* op(a) @ op(a)^T always fits its inner dim */
+    b = a;
+    tb = ta ? 0 : GRAFT_TRANS_B;
+    if (!matmul_fits(&sa, &sa, m, m)) return;
+  }
+  b = tame(g, b, 1e3);
+  push(g, graft_matmul(g->t, a.v, b.v, ta | tb), a.mag * b.mag * (double)k);
+}
+
+static inline void op_transpose(gen *g) {
+  ent x = pick(g);
+  int rank = graft_value_rank(x.v);
+  if (chance(g, 20)) {
+    push(g, graft_transpose(g->t, x.v, NULL), x.mag);
+    return;
+  }
+  int perm[GRAFT_MAX_RANK];
+  for (int i = 0; i < rank; i++) perm[i] = i;
+  for (int i = rank - 1; i > 0; i--) {
+    int j = (int)tu_int(&g->r, 0, i), tmp = perm[i];
+    perm[i] = perm[j];
+    perm[j] = tmp;
+  }
+  push(g, graft_transpose(g->t, x.v, rank ? perm : NULL), x.mag);
+}
+
+static inline void op_reshape(gen *g) {
+  ent x = pick(g);
+  shape s = shape_of(x.v);
+  int64_t n = numel_of(&s);
+  int rank = (int)tu_int(&g->r, n == 1 ? 0 : 1, MAX_RANK);
+  int64_t dims[GRAFT_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = 1;
+  /* Spread n's prime factors over the dims. */
+  int64_t rest = n;
+  for (int64_t p = 2; rest > 1 && rank > 0; p++)
+    while (rest % p == 0) {
+      dims[tu_int(&g->r, 0, rank - 1)] *= p;
+      rest /= p;
+    }
+  if (rank > 0 && chance(g, 25)) dims[tu_int(&g->r, 0, rank - 1)] = -1;
+  push(g, graft_reshape(g->t, x.v, rank, dims), x.mag);
+}
+
+static inline void op_slice(gen *g) {
+  ent x = pick(g);
+  shape s = shape_of(x.v);
+  int64_t begin[GRAFT_MAX_RANK], size[GRAFT_MAX_RANK];
+  for (int i = 0; i < s.rank; i++) {
+    begin[i] = tu_int(&g->r, 0, s.d[i] - 1);
+    size[i] = chance(g, 20) ? -1 : tu_int(&g->r, 1, s.d[i] - begin[i]);
+  }
+  push(g, graft_slice(g->t, x.v, begin, size), x.mag);
+}
+
+static inline void op_concat(gen *g) {
+  ent x = pick(g);
+  shape s = shape_of(x.v);
+  if (s.rank == 0) {
+    int64_t one = 1;
+    x.v = graft_reshape(g->t, x.v, 1, &one);
+    s = shape_of(x.v);
+  }
+  int axis = (int)tu_int(&g->r, 0, s.rank - 1);
+  graft_value *xs[4] = {x.v};
+  int n = 1;
+  double mag = x.mag;
+  int64_t total = numel_of(&s);
+  int want = (int)tu_int(&g->r, 1, 3);
+  for (int tries = 0; tries < 8 && n <= want; tries++) {
+    ent c = chance(g, 25) ? x : take(g, tu_int(&g->r, 0, g->n - 1));
+    shape sc = shape_of(c.v);
+    int ok = sc.rank == s.rank && total + numel_of(&sc) <= MAX_NUMEL;
+    for (int d = 0; ok && d < s.rank; d++) ok = d == axis || sc.d[d] == s.d[d];
+    if (!ok) continue;
+    xs[n++] = c.v;
+    total += numel_of(&sc);
+    mag = MAX(mag, c.mag);
+  }
+  push(g, graft_concat(g->t, n, xs, chance(g, 30) ? axis - s.rank : axis), mag);
+}
+
+static inline void op_softmax(gen *g) {
+  ent x = pick(g);
+  int rank = graft_value_rank(x.v);
+  if (rank == 0) return;
+  int axis = (int)tu_int(&g->r, 0, rank - 1);
+  if (chance(g, 30)) axis -= rank;
+  if (chance(g, 70)) {
+    push(g, graft_softmax(g->t, x.v, axis), 1);
+  } else {
+    x = tame(g, x, 1e3);
+    push(g, graft_log_softmax(g->t, x.v, axis), 2 * x.mag + 3);
+  }
+}
+
+static inline void op_constant(gen *g) {
+  shape s = random_shape(&g->r, g->s);
+  int64_t n = numel_of(&s);
+  switch (tu_int(&g->r, 0, 2)) {
+  case 0: push(g, scalar(g, tu_uniform(&g->r, -2, 2)), 2); break;
+  case 1: push(g, graft_fill(g->t, g->s->dt, s.rank, s.d, tu_uniform(&g->r, -2, 2)), 2); break;
+  default: {
+    double buf[MAX_NUMEL];
+    float fbuf[MAX_NUMEL];
+    for (int64_t i = 0; i < n; i++) fbuf[i] = (float)(buf[i] = tu_uniform(&g->r, -1, 1));
+    const void *data = g->s->dt == GRAFT_F32 ? (const void *)fbuf : (const void *)buf;
+    push(g, graft_constant(g->t, g->s->dt, s.rank, s.d, data), 1);
+    break;
+  }
+  }
+}
+
+static inline void op_read(gen *g) {
+  if (!g->s->n_vars) return;
+  int k = (int)tu_int(&g->r, 0, g->s->n_vars - 1);
+  push(g, graft_read(g->t, g->s->vars[k]), g->var_mag[k]);
+}
+
+/* d broadcasts to the variable's shape (without growing it). */
+static inline int broadcasts_to(const shape *d, const shape *v) {
+  shape o;
+  return d->rank <= v->rank && broadcast(d, v, &o) && !memcmp(o.d, v->d, sizeof(int64_t) * (size_t)v->rank);
+}
+
+static inline void op_assign(gen *g) {
+  if (!g->s->n_vars) return;
+  int k = (int)tu_int(&g->r, 0, g->s->n_vars - 1);
+  const shape *vs = &g->s->var[k];
+  int cand[MAX_POOL], n = 0;
+  for (int i = 0; i < g->n; i++) {
+    shape si = shape_of(g->pool[i].v);
+    if (broadcasts_to(&si, vs)) cand[n++] = i;
+  }
+  ent d;
+  if (n) {
+    d = take(g, cand[tu_int(&g->r, 0, n - 1)]);
+  } else {
+    ent x = pick(g);
+    d.v = graft_reduce_mean(g->t, x.v, 0, NULL, 0);
+    d.mag = x.mag;
+  }
+  d = tame(g, d, 1);
+  graft_variable *v = g->s->vars[k];
+  switch (tu_int(&g->r, 0, 3)) {
+  case 0: g->var_mag[k] = d.mag; push(g, graft_assign(g->t, v, d.v), d.mag); break;
+  case 1: g->var_mag[k] += d.mag; push(g, graft_assign_sub(g->t, v, d.v), g->var_mag[k]); break;
+  default: g->var_mag[k] += d.mag; push(g, graft_assign_add(g->t, v, d.v), g->var_mag[k]); break;
+  }
+}
+
+typedef void (*op_fn)(gen *g);
+
+static inline graft_status dag_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                              graft_value **out, void *user) {
+  const dag_spec *s = user;
+  static const struct {
+    op_fn fn;
+    int weight;
+  } ops[] = {{op_unary, 18}, {op_binary, 20}, {op_where, 5},     {op_reduce, 9},
+             {op_matmul, 9}, {op_transpose, 5}, {op_reshape, 5},   {op_slice, 5},
+             {op_concat, 5}, {op_softmax, 4},   {op_constant, 3},  {op_read, 4},
+             {op_assign, 8}};
+  int total = 0;
+  for (size_t i = 0; i < COUNT(ops); i++) total += ops[i].weight;
+
+  gen *g = calloc(1, sizeof *g);
+  if (!g) return GRAFT_ENOMEM;
+  g->t = t;
+  g->s = s;
+  g->r = rng_from(s->seed, 0x7ace);
+  /* Initial values are in [-1, 1] and every assignment moves a variable by at
+   * most 1, so a second call starts within 1 + n_ops. */
+  for (int k = 0; k < s->n_vars; k++) g->var_mag[k] = 1 + s->n_ops;
+  for (int i = 0; i < n_in; i++) push(g, in[i], 1);
+  for (int k = 0; k < s->n_vars; k++) push(g, graft_read(t, s->vars[k]), g->var_mag[k]);
+  for (int i = 0; i < s->n_ops && !g->failed; i++) {
+    int w = (int)tu_int(&g->r, 0, total - 1);
+    size_t k = 0;
+    while (w >= ops[k].weight) w -= ops[k++].weight;
+    ops[k].fn(g);
+  }
+  /* The newest value, then values nothing reads (so little is pruned), and
+   * now and then any value: an input, a read, one that is also an operand. */
+  int sinks[MAX_POOL], n_sinks = 0;
+  for (int i = 0; i < g->n - 1; i++)
+    if (!g->used[i]) sinks[n_sinks++] = i;
+  for (int i = 0; i < n_out; i++) {
+    int k = (int)tu_int(&g->r, 0, g->n - 1);
+    if (i == 0) k = g->n - 1;
+    else if (n_sinks && chance(g, 80)) k = sinks[tu_int(&g->r, 0, n_sinks - 1)];
+    g->used[k] = 1;
+    out[i] = g->pool[k].v;
+  }
+  /* Often the last output also gathers every other sink: a wide fan-in of
+   * means, so nearly the whole graph stays live. */
+  if (n_out > 1 && chance(g, 60)) {
+    graft_value *acc = out[n_out - 1];
+    for (int i = 0; i < n_sinks; i++)
+      if (!g->used[sinks[i]]) {
+        graft_value *m = graft_reduce_mean(t, g->pool[sinks[i]].v, 0, NULL, 0);
+        acc = graft_add(t, acc, graft_tanh(t, m));
+      }
+    out[n_out - 1] = acc;
+  }
+  free(g);
+  return GRAFT_OK;
+}
+
+/* ---- inputs and comparisons ------------------------------------------------ */
+
+/* A case's input tensors and the variables' initial values. */
+typedef struct inputs {
+  graft_tensor *in[MAX_IN];
+  graft_tensor *var0[MAX_VARS];
+} inputs;
+
+static inline graft_tensor *copy_of(const graft_tensor *t) {
+  graft_tensor *c = NULL;
+  if (graft_tensor_create(graft_tensor_dtype(t), graft_tensor_rank(t), graft_tensor_shape(t), &c))
+    return NULL;
+  memcpy(graft_tensor_data(c), graft_tensor_data(t),
+         (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t)));
+  return c;
+}
+
+static inline graft_tensor *empty_like(const graft_tensor *t) {
+  graft_tensor *c = NULL;
+  graft_tensor_create(graft_tensor_dtype(t), graft_tensor_rank(t), graft_tensor_shape(t), &c);
+  if (c) memset(graft_tensor_data(c), 0xa5, /* stale bytes the call must overwrite */
+                (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t)));
+  return c;
+}
+
+/* First difference between a and b as text, or "" when bitwise equal. */
+static inline void diff(const graft_tensor *a, const graft_tensor *b, char *why, size_t len) {
+  why[0] = '\0';
+  if (!a || !b) {
+    snprintf(why, len, "missing tensor (%p vs %p)", (const void *)a, (const void *)b);
+    return;
+  }
+  if (graft_tensor_dtype(a) != graft_tensor_dtype(b) || graft_tensor_rank(a) != graft_tensor_rank(b) ||
+      memcmp(graft_tensor_shape(a), graft_tensor_shape(b),
+             sizeof(int64_t) * (size_t)graft_tensor_rank(a))) {
+    snprintf(why, len, "dtype/shape differ");
+    return;
+  }
+  size_t es = graft_dtype_size(graft_tensor_dtype(a));
+  const char *x = graft_tensor_data(a), *y = graft_tensor_data(b);
+  for (int64_t i = 0; i < graft_tensor_numel(a); i++)
+    if (memcmp(x + (size_t)i * es, y + (size_t)i * es, es)) {
+      snprintf(why, len, "element %lld: %.17g, reference %.17g", (long long)i, tu_get(a, i),
+               tu_get(b, i));
+      return;
+    }
+}
+
+/* The inputs of case s (uniform in [-1, 1)) and its variables, created in
+ * s->vars from var0 (inputs_free destroys both). */
+static inline void inputs_make(dag_spec *s, inputs *io) {
+  tu_rng r = rng_from(s->seed, 0xda7a);
+  memset(io, 0, sizeof *io);
+  for (int i = 0; i < s->n_in; i++)
+    io->in[i] = tu_tensor_rand(&r, s->dt, s->in[i].rank, s->in[i].d, -1, 1);
+  for (int k = 0; k < s->n_vars; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "v%d", k);
+    io->var0[k] = tu_tensor_rand(&r, s->dt, s->var[k].rank, s->var[k].d, -1, 1);
+    assert_int_equal(graft_variable_create(NULL, name, s->dt, s->var[k].rank, s->var[k].d,
+                                           graft_tensor_data(io->var0[k]), 0, &s->vars[k]),
+                     GRAFT_OK);
+  }
+}
+
+static inline void inputs_free(dag_spec *s, inputs *io) {
+  for (int i = 0; i < MAX_IN; i++) graft_tensor_destroy(io->in[i]);
+  for (int k = 0; k < MAX_VARS; k++) graft_tensor_destroy(io->var0[k]);
+  for (int k = 0; k < s->n_vars; k++) graft_variable_destroy(s->vars[k]);
+}
+/* ==== structured DAGs ======================================================
+ *
+ * A second generator for the memory planner: graphs whose shape, not their
+ * op mix, is the point.  Every value is a matrix [batch, w] with w from a
+ * small set (or [batch, 1] after a reduction), so sizes differ and
+ * elementwise partners are easy to find.  A graph is a sequence of
+ * patterns drawn with kind-dependent weights:
+ *   chain     unary / scalar / input-operand elementwise ops one after another
+ *   diamond   v -> (a, b) -> join(a, b), the arms sometimes resized and back
+ *   wide      v -> k parallel branches, joined by a tree, a running sum or
+ *             through [batch, 1] reductions
+ *   late      an early value read again by a late consumer (long lifetimes)
+ *   resize    matmul by a constant [w, w']
+ *   other     non-elementwise ops of equal size: softmax, transpose twice
+ *   assign    a staged assignment of the variable (read after the graph)
+ * SDAG_CHAIN draws long chains (20 to 200 ops).  Values stay finite: each
+ * carries a magnitude bound and large ones pass through tanh.  sdag_trace
+ * is the trace callback (user: the sdag_spec); every trace from one spec
+ * records the same graph. */
+
+enum { SDAG_WIDE, SDAG_DIAMONDS, SDAG_LATE, SDAG_CHAIN, SDAG_MIXED, SDAG_KINDS };
+enum { SDAG_MAX_OUT = 4 };
+
+static const char *const sdag_kind_names[SDAG_KINDS] = {"wide", "diamonds", "late", "chain",
+                                                        "mixed"};
+
+typedef struct sdag_spec {
+  uint64_t seed;
+  int kind;              /* SDAG_* */
+  graft_dtype dt;
+  int64_t batch, width[3];
+  int n_in, n_out, has_var;
+  int target_ops;        /* patterns are drawn until this many ops exist */
+  graft_variable *var;   /* [batch, width[0]] when has_var (sdag_inputs_make) */
+} sdag_spec;
+
+/* The spec of seed: kind seed % SDAG_KINDS, about 10 to 300 ops (50 to
+ * 600 for chains; one seed in 50 draws 1,000 to 3,000). */
+static inline void sdag_spec_make(sdag_spec *s, uint64_t seed) {
+  memset(s, 0, sizeof *s);
+  tu_rng r = rng_from(seed, 0x57dc);
+  static const int64_t widths[] = {4, 8, 12, 16, 24, 32, 40, 64};
+  s->seed = seed;
+  s->kind = (int)(seed % SDAG_KINDS);
+  s->dt = tu_int(&r, 0, 2) ? GRAFT_F64 : GRAFT_F32;
+  s->batch = tu_int(&r, 1, 16);
+  for (int i = 0; i < 3; i++) s->width[i] = widths[tu_int(&r, 0, (int64_t)COUNT(widths) - 1)];
+  s->n_in = (int)tu_int(&r, 1, 2);
+  s->n_out = (int)tu_int(&r, 1, SDAG_MAX_OUT);
+  s->has_var = tu_int(&r, 0, 2) == 0;
+  s->target_ops = (int)(s->kind == SDAG_CHAIN ? tu_int(&r, 50, 600) : tu_int(&r, 10, 300));
+  if (tu_int(&r, 0, 49) == 0) s->target_ops = (int)tu_int(&r, 1000, 3000);
+}
+
+/* Inputs [batch, width[0]] and [batch, width[1]] (uniform in [-1, 1)) and
+ * the variable; sdag_inputs_free destroys them. */
+static inline void sdag_inputs_make(sdag_spec *s, inputs *io) {
+  tu_rng r = rng_from(s->seed, 0xda7b);
+  memset(io, 0, sizeof *io);
+  for (int i = 0; i < s->n_in; i++) {
+    int64_t d[2] = {s->batch, s->width[i]};
+    io->in[i] = tu_tensor_rand(&r, s->dt, 2, d, -1, 1);
+  }
+  s->var = NULL;
+  if (s->has_var) {
+    int64_t d[2] = {s->batch, s->width[0]};
+    io->var0[0] = tu_tensor_rand(&r, s->dt, 2, d, -1, 1);
+    assert_int_equal(graft_variable_create(NULL, "sv", s->dt, 2, d, graft_tensor_data(io->var0[0]),
+                                           0, &s->var),
+                     GRAFT_OK);
+  }
+}
+
+static inline void sdag_inputs_free(sdag_spec *s, inputs *io) {
+  for (int i = 0; i < MAX_IN; i++) graft_tensor_destroy(io->in[i]);
+  for (int k = 0; k < MAX_VARS; k++) graft_tensor_destroy(io->var0[k]);
+  graft_variable_destroy(s->var);
+  s->var = NULL;
+}
+
+typedef struct sgen {
+  graft_trace *t;
+  const sdag_spec *s;
+  tu_rng r;
+  ent *pool;
+  uint8_t *used;
+  int n, cap;
+  int ops;     /* values made so far (a bound on graph nodes) */
+  int failed;
+  graft_value *in[MAX_IN];
+} sgen;
+
+static inline int sg_chance(sgen *g, int percent) { return tu_int(&g->r, 0, 99) < percent; }
+
+static inline ent sg_make(sgen *g, graft_value *v, double mag) {
+  ent e = {v, mag};
+  g->ops++;
+  if (graft_value_is_poison(v)) g->failed = 1;
+  return e;
+}
+
+/* Keep e in the pool (operands of later patterns, output candidates). */
+static inline void sg_keep(sgen *g, ent e) {
+  if (g->failed) return;
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 256;
+    ent *p = realloc(g->pool, (size_t)cap * sizeof *p);
+    uint8_t *u = realloc(g->used, (size_t)cap);
+    if (p) g->pool = p;
+    if (u) g->used = u;
+    if (!p || !u) {
+      g->failed = 1;
+      return;
+    }
+    g->cap = cap;
+  }
+  g->used[g->n] = 0;
+  g->pool[g->n++] = e;
+}
+
+static inline int64_t sg_width(const ent *e) {
+  const int64_t *d = graft_value_shape(e->v);
+  return d ? d[1] : 1; /* (poison: the trace stops at the next step) */
+}
+
+static inline ent sg_take(sgen *g, int i) {
+  g->used[i] = 1;
+  return g->pool[i];
+}
+static inline ent sg_recent(sgen *g) { return sg_take(g, (int)tu_int(&g->r, MAX(0, g->n - 3), g->n - 1)); }
+static inline ent sg_old(sgen *g) { return sg_take(g, (int)tu_int(&g->r, 0, MAX(0, g->n / 4))); }
+
+static inline ent sg_tame(sgen *g, ent e, double limit) {
+  return e.mag <= limit ? e : sg_make(g, graft_tanh(g->t, e.v), 1.0);
+}
+
+/* One elementwise op over e (same shape): unary, with a scalar, or with an
+ * input of e's shape. */
+static inline ent sg_elementwise(sgen *g, ent e) {
+  graft_trace *t = g->t;
+  e = sg_tame(g, e, 1e4);
+  switch (tu_int(&g->r, 0, 11)) {
+  case 0: return sg_make(g, graft_tanh(t, e.v), 1);
+  case 1: return sg_make(g, graft_sin(t, e.v), 1);
+  case 2: return sg_make(g, graft_cos(t, e.v), 1);
+  case 3: return sg_make(g, graft_sigmoid(t, e.v), 1);
+  case 4: return sg_make(g, graft_neg(t, e.v), e.mag);
+  case 5: return sg_make(g, graft_abs(t, e.v), e.mag);
+  case 6: return sg_make(g, graft_relu(t, e.v), e.mag);
+  case 7: e = sg_tame(g, e, 10); return sg_make(g, graft_square(t, e.v), e.mag * e.mag);
+  case 8: return sg_make(g, graft_mul(t, e.v, graft_scalar(t, g->s->dt, 0.5)), e.mag * 0.5);
+  case 9: return sg_make(g, graft_add(t, e.v, graft_scalar(t, g->s->dt, 0.25)), e.mag + 0.25);
+  default:
+    for (int i = 0; i < g->s->n_in; i++)
+      if (graft_value_shape(g->in[i])[1] == sg_width(&e) && graft_value_shape(g->in[i])[0] == g->s->batch)
+        return sg_make(g, sg_chance(g, 50) ? graft_add(t, e.v, g->in[i]) : graft_mul(t, g->in[i], e.v),
+                       e.mag + 1);
+    return sg_make(g, graft_tanh(t, e.v), 1);
+  }
+}
+
+/* a (op) b for b of a's shape or [batch, 1] (broadcast); else b is reduced
+ * to [batch, 1] first. */
+static inline ent sg_join(sgen *g, ent a, ent b) {
+  graft_trace *t = g->t;
+  if (sg_width(&b) != sg_width(&a) && sg_width(&b) != 1) {
+    const int ax[1] = {1};
+    b = sg_make(g, graft_reduce_mean(t, b.v, 1, ax, 1), b.mag);
+  }
+  a = sg_tame(g, a, 1e4);
+  b = sg_tame(g, b, 1e4);
+  switch (tu_int(&g->r, 0, 4)) {
+  case 0: return sg_make(g, graft_add(t, a.v, b.v), a.mag + b.mag);
+  case 1: return sg_make(g, graft_sub(t, a.v, b.v), a.mag + b.mag);
+  case 2:
+    a = sg_tame(g, a, 1), b = sg_tame(g, b, 1);
+    return sg_make(g, graft_mul(t, a.v, b.v), 1);
+  case 3: return sg_make(g, graft_maximum(t, a.v, b.v), MAX(a.mag, b.mag));
+  default: return sg_make(g, graft_minimum(t, a.v, b.v), MAX(a.mag, b.mag));
+  }
+}
+
+/* e @ W for a constant W [w, w2] with entries in [-1/w, 1/w): |result| <= e.mag. */
+static inline ent sg_resize(sgen *g, ent e, int64_t w2) {
+  int64_t w = sg_width(&e), d[2] = {w, w2};
+  size_t es = graft_dtype_size(g->s->dt);
+  void *data = malloc((size_t)(w * w2) * es);
+  if (!data) {
+    g->failed = 1;
+    return e;
+  }
+  for (int64_t i = 0; i < w * w2; i++) {
+    double x = tu_uniform(&g->r, -1, 1) / (double)w;
+    if (g->s->dt == GRAFT_F32) ((float *)data)[i] = (float)x;
+    else ((double *)data)[i] = x;
+  }
+  graft_value *W = graft_constant(g->t, g->s->dt, 2, d, data);
+  free(data);
+  return sg_make(g, graft_matmul(g->t, e.v, W, 0), e.mag);
+}
+
+static inline int64_t sg_other_width(sgen *g, int64_t w) {
+  int64_t w2 = g->s->width[tu_int(&g->r, 0, 2)];
+  return w2 == w ? g->s->width[(tu_int(&g->r, 0, 1) + 1) % 3] : w2;
+}
+
+/* A short arm: elementwise ops, now and then through another width and back. */
+static inline ent sg_arm(sgen *g, ent e, int len) {
+  int64_t w = sg_width(&e);
+  for (int k = 0; k < len && !g->failed; k++) {
+    if (w > 1 && sg_chance(g, 20)) {
+      e = sg_elementwise(g, sg_resize(g, e, sg_other_width(g, w)));
+      e = sg_resize(g, e, w);
+    } else {
+      e = sg_elementwise(g, e);
+    }
+  }
+  return e;
+}
+
+static inline void sg_chain(sgen *g) {
+  int len = g->s->kind == SDAG_CHAIN ? (int)tu_int(&g->r, 20, 200) : (int)tu_int(&g->r, 1, 6);
+  ent e = sg_recent(g);
+  for (int k = 0; k < len && !g->failed; k++) {
+    e = sg_elementwise(g, e);
+    if (sg_chance(g, 10)) sg_keep(g, e); /* a side value: read again later, or an output */
+  }
+  sg_keep(g, e);
+}
+
+static inline void sg_diamond(sgen *g) {
+  ent v = sg_recent(g);
+  ent a = sg_arm(g, v, (int)tu_int(&g->r, 1, 3));
+  ent b = sg_arm(g, v, (int)tu_int(&g->r, 1, 3));
+  sg_keep(g, sg_join(g, a, b));
+}
+
+static inline void sg_wide(sgen *g) {
+  int k = g->s->kind == SDAG_WIDE ? (int)tu_int(&g->r, 2, 24) : (int)tu_int(&g->r, 2, 6);
+  ent v = sg_recent(g), ends[24];
+  for (int i = 0; i < k; i++) ends[i] = sg_arm(g, v, (int)tu_int(&g->r, 1, 4));
+  switch (tu_int(&g->r, 0, 2)) {
+  case 0: /* a balanced tree */
+    for (int n = k; n > 1; n = (n + 1) / 2)
+      for (int i = 0; 2 * i < n; i++) ends[i] = 2 * i + 1 < n ? sg_join(g, ends[2 * i], ends[2 * i + 1]) : ends[2 * i];
+    break;
+  case 1: /* a running sum: every branch stays live until its turn */
+    for (int i = 1; i < k; i++) ends[0] = sg_join(g, ends[0], ends[i]);
+    break;
+  default: { /* [batch, 1] means added into the first branch */
+    const int ax[1] = {1};
+    for (int i = 1; i < k; i++) {
+      ent m = sg_make(g, graft_reduce_mean(g->t, ends[i].v, 1, ax, 1), ends[i].mag);
+      ends[0] = sg_join(g, ends[0], m);
+    }
+    break;
+  }
+  }
+  sg_keep(g, ends[0]);
+}
+
+static inline void sg_late(sgen *g) {
+  int k = (int)tu_int(&g->r, 1, 4);
+  ent e = sg_recent(g);
+  for (int i = 0; i < k && !g->failed; i++) e = sg_join(g, e, sg_old(g));
+  sg_keep(g, e);
+}
+
+static inline void sg_resize_step(sgen *g) {
+  ent e = sg_recent(g);
+  int64_t w = sg_width(&e);
+  sg_keep(g, sg_elementwise(g, sg_resize(g, e, w > 1 && sg_chance(g, 70) ? sg_other_width(g, w) : g->s->width[0])));
+}
+
+static inline void sg_other(sgen *g) {
+  ent e = sg_recent(g);
+  if (sg_chance(g, 50) && sg_width(&e) > 1) {
+    e = sg_tame(g, e, 30);
+    sg_keep(g, sg_make(g, graft_softmax(g->t, e.v, -1), 1));
+  } else {
+    graft_value *tr = graft_transpose(g->t, e.v, NULL);
+    g->ops++;
+    sg_keep(g, sg_make(g, graft_transpose(g->t, tr, NULL), e.mag));
+  }
+}
+
+static inline void sg_assign(sgen *g) {
+  const sdag_spec *s = g->s;
+  if (!s->var) return;
+  int cand = -1;
+  for (int i = g->n - 1; i >= 0 && cand < 0; i--)
+    if (sg_width(&g->pool[i]) == s->width[0]) cand = i;
+  ent d = cand >= 0 ? sg_take(g, cand) : sg_resize(g, sg_recent(g), s->width[0]);
+  d = sg_tame(g, d, 1);
+  graft_value *a = sg_chance(g, 50) ? graft_assign(g->t, s->var, d.v) : graft_assign_add(g->t, s->var, d.v);
+  /* The assignment's value may be read on (graft reads the new value). */
+  ent e = sg_make(g, a, 1e6);
+  if (sg_chance(g, 30)) sg_keep(g, sg_tame(g, e, 1));
+}
+
+static inline graft_status sdag_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                      graft_value **out, void *user) {
+  const sdag_spec *s = user;
+  static const int weights[SDAG_KINDS][7] = {
+      /* chain diamond wide late resize other assign */
+      {10, 5, 60, 10, 5, 5, 5},  /* wide */
+      {10, 60, 5, 10, 5, 5, 5},  /* diamonds */
+      {25, 5, 5, 50, 5, 5, 5},   /* late */
+      {75, 3, 2, 10, 3, 5, 2},   /* chain */
+      {20, 15, 15, 15, 10, 15, 10}, /* mixed */
+  };
+  void (*const steps[7])(sgen *) = {sg_chain, sg_diamond, sg_wide, sg_late,
+                                    sg_resize_step, sg_other, sg_assign};
+  int total = 0;
+  for (int k = 0; k < 7; k++) total += weights[s->kind][k];
+  sgen g;
+  memset(&g, 0, sizeof g);
+  g.t = t;
+  g.s = s;
+  g.r = rng_from(s->seed, 0x7acf);
+  for (int i = 0; i < n_in && i < MAX_IN; i++) {
+    g.in[i] = in[i];
+    sg_keep(&g, (ent){in[i], 1});
+  }
+  /* Early values for late consumers to come back to. */
+  int early = s->kind == SDAG_LATE ? (int)tu_int(&g.r, 4, 10) : 1;
+  for (int i = 0; i < early; i++) sg_keep(&g, sg_elementwise(&g, g.pool[tu_int(&g.r, 0, n_in - 1)]));
+  while (g.ops < s->target_ops && !g.failed) {
+    int w = (int)tu_int(&g.r, 0, total - 1), k = 0;
+    while (w >= weights[s->kind][k]) w -= weights[s->kind][k++];
+    steps[k](&g);
+  }
+  /* (A failed op recorded its error on t: the call fails with it.) */
+  if (!g.failed) {
+    /* The newest value, then values nothing reads (mostly), or any. */
+    for (int i = 0; i < n_out; i++) {
+      int k = g.n - 1;
+      if (i > 0) {
+        k = (int)tu_int(&g.r, 0, g.n - 1);
+        for (int tries = 0; tries < 8 && g.used[k]; tries++) k = (int)tu_int(&g.r, 0, g.n - 1);
+      }
+      g.used[k] = 1;
+      out[i] = g.pool[k].v;
+    }
+  }
+  free(g.pool);
+  free(g.used);
+  return GRAFT_OK;
+}
+
+#endif /* GRAFT_TEST_RANDOM_DAG_H */

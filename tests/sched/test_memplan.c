@@ -1,0 +1,1285 @@
+/* The static memory planner (src/sched/memplan.c) and its checker
+ * (src/sched/plan_check.c).
+ *
+ * Every intermediate value lives at an offset in one 64-byte-aligned arena
+ * per plan; two values may share bytes only if, in every schedule the DAG
+ * allows, everything touching the earlier one finishes before the later one
+ * is written, and an elementwise op may write over an input whose other
+ * readers all precede it.  The cases:
+ *
+ *  - the checker accepts the planner's plan of every random DAG (the mixed
+ *    generator of test_differential and the structured one of random_dag.h:
+ *    wide, diamonds, late consumers, long chains), and so does a reference
+ *    checker written here from the definition; the stats keep
+ *    load <= bound <= arena <= naive;
+ *  - the checker rejects hand-made wrong plans of small known graphs (on a
+ *    scratch copy of the plan, never the function's own) and agrees with the
+ *    reference on randomly mutated plans;
+ *  - outputs and variables are bitwise equal to naive allocation
+ *    (graft__memplan_naive) at 1, 2 and 8 work-stealing threads;
+ *  - memory is reused: a 1000-op elementwise chain, 16 branches, a graph
+ *    above the exact planner's size limit;
+ *  - the arena is allocated once per plan, not per call.
+ *
+ * GRAFT_TEST_PLANS sets the random-DAG count of the acceptance case (default
+ * 2000, half from each generator; the other random cases scale with it);
+ * GRAFT_TEST_SEED=S runs only seed S (a failure prints the seed). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "sched/sched.h"
+#include "testutil.h"
+#include "random_dag.h"
+
+/* ASan runs: the OpenMP-task baseline makes GCC 12's libgomp leak its
+ * task-dependency bookkeeping (allocated inside GOMP_task; reproducible
+ * without graft).  Suppress exactly that: graft allocates nothing under
+ * GOMP_task.  The full unwinder is needed to see through libgomp, which has
+ * no frame pointers. */
+const char *__lsan_default_suppressions(void);
+const char *__asan_default_options(void);
+__attribute__((used)) const char *__lsan_default_suppressions(void) { return "leak:GOMP_task\n"; }
+__attribute__((used)) const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
+
+enum {
+  GRAIN = 64,
+  DEFAULT_PLANS = 2000,
+  REF_MAX_N = 4096,     /* the reference checker's bitsets: n^2 bits */
+  EXACT_LIMIT = 16384,  /* compute nodes the planner decides exactly */
+  MAX_OUTS = 8,
+};
+
+static int64_t round64(int64_t b) { return (b + 63) & ~(int64_t)63; }
+
+/* ---- plan access ------------------------------------------------------------ */
+
+static const graft__node *node_at(const graft__plan *p, uint32_t i) {
+  return graft__graph_node(p->g, p->order[i]);
+}
+
+static int64_t bytes_at(const graft__plan *p, uint32_t i) {
+  const graft__tview *v = &p->views[p->order[i]];
+  return v->numel * (int64_t)graft_dtype_size(v->dtype);
+}
+
+static const char *op_at(const graft__plan *p, uint32_t i) { return graft__ops[node_at(p, i)->op].name; }
+
+/* Order position of the only compute node with op name op; fails if there
+ * is not exactly one. */
+static uint32_t pos_of_op(const graft__plan *p, const char *op) {
+  uint32_t found = UINT32_MAX;
+  for (uint32_t i = 0; i < p->n_order; i++)
+    if (!strcmp(op_at(p, i), op)) {
+      if (found != UINT32_MAX) fail_msg("two %s nodes in the test graph", op);
+      found = i;
+    }
+  if (found == UINT32_MAX) fail_msg("no %s node in the plan", op);
+  return found;
+}
+
+/* Read after the graph: an output or a staged assignment. */
+static int is_sink(const graft__plan *p, uint32_t i) {
+  if (graft__ops[node_at(p, i)->op].flags & GRAFT__OPF_SIDE_EFFECT) return 1;
+  for (int k = 0; k < p->g->n_outputs; k++)
+    if (p->g->outputs[k] == p->order[i]) return 1;
+  return 0;
+}
+
+/* ---- the reference checker ----------------------------------------------------
+ * The definition, straight from the graph's node inputs (not the plan's
+ * successor lists) with a full transitive closure: every compute value has
+ * an offset, 64-byte aligned, inside the arena; two values i < j (compile
+ * order) whose nonempty byte ranges meet are legal only if i is not read
+ * after the graph, i and every reader of i other than j is a strict
+ * ancestor of j, and, if j reads i, j is elementwise and sits exactly on i
+ * (same offset, bytes and element count).  Returns 1 if p is valid, else 0
+ * with the reason in why. */
+static int ref_plan_valid(const graft__plan *p, char *why, size_t len) {
+  const graft__graph *g = p->g;
+  uint32_t n = p->n_order;
+  int64_t nw = (n + 63) / 64;
+  uint32_t *pos = malloc((g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
+  uint64_t *anc = calloc((size_t)(n ? n : 1) * (size_t)(nw ? nw : 1), sizeof *anc);
+  uint32_t *rd_off = calloc((size_t)n + 1, sizeof *rd_off), *rd = NULL;
+  assert_non_null(pos);
+  assert_non_null(anc);
+  assert_non_null(rd_off);
+  int valid = 1;
+  why[0] = '\0';
+  for (uint32_t id = 0; id < g->n_nodes; id++) pos[id] = UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++) pos[p->order[i]] = i;
+#define REF_BIT(set, b) (((set)[(b) >> 6] >> ((b) & 63)) & 1u)
+  /* Closure and reader counts (a reader reading twice counts once). */
+  for (uint32_t i = 0; i < n; i++) {
+    const graft__node *nd = node_at(p, i);
+    uint64_t *a = anc + (int64_t)i * nw;
+    for (int k = 0; k < nd->n_in; k++) {
+      uint32_t u = pos[nd->in[k]];
+      if (u == UINT32_MAX) continue;
+      if (u >= i) {
+        snprintf(why, len, "order is not topological at #%u", p->order[i]);
+        valid = 0;
+        goto out;
+      }
+      if (!REF_BIT(a, u)) rd_off[u + 1]++;
+      const uint64_t *b = anc + (int64_t)u * nw;
+      for (int64_t w = 0; w < nw; w++) a[w] |= b[w];
+      a[u >> 6] |= 1ull << (u & 63);
+    }
+  }
+  /* (A direct input is also an ancestor, so REF_BIT above deduplicated
+   * repeated inputs only when the same input came earlier: recount.) */
+  memset(rd_off, 0, ((size_t)n + 1) * sizeof *rd_off);
+  for (uint32_t i = 0; i < n; i++) {
+    const graft__node *nd = node_at(p, i);
+    for (int k = 0; k < nd->n_in; k++) {
+      int dup = 0;
+      for (int q = 0; q < k; q++) dup |= nd->in[q] == nd->in[k];
+      uint32_t u = pos[nd->in[k]];
+      if (u != UINT32_MAX && !dup) rd_off[u + 1]++;
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) rd_off[i + 1] += rd_off[i];
+  rd = malloc((size_t)(rd_off[n] ? rd_off[n] : 1) * sizeof *rd);
+  assert_non_null(rd);
+  {
+    uint32_t *fill = malloc((size_t)(n ? n : 1) * sizeof *fill);
+    assert_non_null(fill);
+    memcpy(fill, rd_off, (size_t)n * sizeof *fill);
+    for (uint32_t i = 0; i < n; i++) {
+      const graft__node *nd = node_at(p, i);
+      for (int k = 0; k < nd->n_in; k++) {
+        int dup = 0;
+        for (int q = 0; q < k; q++) dup |= nd->in[q] == nd->in[k];
+        uint32_t u = pos[nd->in[k]];
+        if (u != UINT32_MAX && !dup) rd[fill[u]++] = i;
+      }
+    }
+    free(fill);
+  }
+  for (uint32_t i = 0; i < n && valid; i++) {
+    size_t off = p->offset[p->order[i]];
+    int64_t b = bytes_at(p, i);
+    if (off == SIZE_MAX) {
+      snprintf(why, len, "#%u has no offset", p->order[i]);
+      valid = 0;
+    } else if (off % 64) {
+      snprintf(why, len, "#%u at %zu is not 64-byte aligned", p->order[i], off);
+      valid = 0;
+    } else if ((int64_t)off + b > (int64_t)p->arena_bytes) {
+      snprintf(why, len, "#%u [%zu, +%lld) ends past the arena (%zu)", p->order[i], off,
+               (long long)b, p->arena_bytes);
+      valid = 0;
+    }
+  }
+  for (uint32_t i = 0; i < n && valid; i++) {
+    int64_t lo_i = (int64_t)p->offset[p->order[i]], hi_i = lo_i + bytes_at(p, i);
+    if (hi_i == lo_i) continue;
+    for (uint32_t j = i + 1; j < n && valid; j++) {
+      int64_t lo_j = (int64_t)p->offset[p->order[j]], hi_j = lo_j + bytes_at(p, j);
+      if (hi_j == lo_j || hi_j <= lo_i || hi_i <= lo_j) continue;
+      const uint64_t *aj = anc + (int64_t)j * nw;
+      const char *bad = NULL;
+      int j_reads_i = 0;
+      if (is_sink(p, i)) bad = "the first is read after the graph";
+      else if (!REF_BIT(aj, i)) bad = "the second may be written before the first";
+      for (uint32_t e = rd_off[i]; e < rd_off[i + 1] && !bad; e++) {
+        if (rd[e] == j) j_reads_i = 1;
+        else if (!REF_BIT(aj, rd[e])) bad = "a reader of the first may run after the second is written";
+      }
+      if (!bad && j_reads_i &&
+          (!(graft__ops[node_at(p, j)->op].flags & GRAFT__OPF_ELEMWISE) || lo_i != lo_j ||
+           hi_i != hi_j || p->views[p->order[i]].numel != p->views[p->order[j]].numel))
+        bad = "the second reads the first but is not an exact elementwise in-place write";
+      if (bad) {
+        snprintf(why, len, "%s #%u and %s #%u overlap: %s", op_at(p, i), p->order[i], op_at(p, j),
+                 p->order[j], bad);
+        valid = 0;
+      }
+    }
+  }
+#undef REF_BIT
+out:
+  free(pos);
+  free(anc);
+  free(rd_off);
+  free(rd);
+  return valid;
+}
+
+/* The planner's plan p (stats ps) passes the library's checker and the
+ * reference, and its stats are consistent.  ctx names the case. */
+static void assert_plan_ok(const graft__plan *p, const graft_plan_stats *ps, const char *ctx) {
+  char msg[1024] = "", why[512];
+  graft_status st = graft__plan_check(p, msg);
+  if (st != GRAFT_OK)
+    fail_msg("%s: the checker rejects the planner's plan: %s: %s", ctx, graft_status_name(st), msg);
+  if (p->n_order <= REF_MAX_N && !ref_plan_valid(p, why, sizeof why))
+    fail_msg("%s: the reference checker rejects the planner's plan: %s", ctx, why);
+  if ((uintptr_t)p->arena % 64) fail_msg("%s: arena %p is not 64-byte aligned", ctx, (void *)p->arena);
+  /* Inputs and variables live outside the arena. */
+  for (uint32_t id = 0; id < p->g->n_nodes; id++) {
+    const graft__node *nd = graft__graph_node(p->g, id);
+    if ((graft__ops[nd->op].flags & GRAFT__OPF_EXTERNAL) && p->offset[id] != SIZE_MAX)
+      fail_msg("%s: %s #%u (external) has an arena offset", ctx, graft__ops[nd->op].name, id);
+  }
+  int64_t naive = 0;
+  for (uint32_t i = 0; i < p->n_order; i++) naive += round64(bytes_at(p, i));
+  if (ps->arena_bytes != (int64_t)p->arena_bytes)
+    fail_msg("%s: stats arena %lld, plan arena %zu", ctx, (long long)ps->arena_bytes, p->arena_bytes);
+  if (ps->naive_bytes != naive)
+    fail_msg("%s: naive_bytes %lld, one 64-aligned buffer per value is %lld", ctx,
+             (long long)ps->naive_bytes, (long long)naive);
+  /* A correct plan can never beat the bounds. */
+  if (!(0 <= ps->load_bytes && ps->load_bytes <= ps->bound_bytes &&
+        ps->bound_bytes <= ps->arena_bytes && ps->arena_bytes <= ps->naive_bytes))
+    fail_msg("%s: want load %lld <= bound %lld <= arena %lld <= naive %lld", ctx,
+             (long long)ps->load_bytes, (long long)ps->bound_bytes, (long long)ps->arena_bytes,
+             (long long)ps->naive_bytes);
+  if (ps->planner_exact != (p->n_order <= EXACT_LIMIT))
+    fail_msg("%s: planner_exact %d with %u compute nodes", ctx, ps->planner_exact, p->n_order);
+  if (ps->inplace < 0 || ps->inplace >= (int64_t)p->n_order + (p->n_order == 0))
+    fail_msg("%s: inplace %lld of %u values", ctx, (long long)ps->inplace, p->n_order);
+}
+
+/* ---- runtimes and functions ------------------------------------------------- */
+
+static graft_runtime *runtime(const char *sched, int threads) {
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.num_threads = threads;
+  o.sched = sched;
+  o.grain = GRAIN;
+  graft_runtime *rt = NULL;
+  char msg[512] = "";
+  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
+  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
+  return rt;
+}
+
+/* A graph to trace: the callback, its user pointer, inputs, variables. */
+typedef struct graph_case {
+  const char *name;
+  graft_trace_fn fn;
+  void *user;
+  int n_in, n_out, n_vars;
+  graft_tensor *const *in;
+  graft_variable *const *vars;
+  graft_tensor *const *var0;  /* initial values, set before every run */
+} graph_case;
+
+static graph_case mixed_case(dag_spec *s, inputs *io) {
+  graph_case c = {"mixed", dag_trace, s, s->n_in, s->n_out, s->n_vars, io->in, s->vars, io->var0};
+  return c;
+}
+
+static graph_case sdag_case(sdag_spec *s, inputs *io) {
+  graph_case c = {sdag_kind_names[s->kind], sdag_trace, s, s->n_in, s->n_out, s->has_var, io->in,
+                  &s->var, io->var0};
+  return c;
+}
+
+/* Results of two calls of a fresh function: the first allocates the
+ * outputs, the second writes into tensors full of stale bytes. */
+typedef struct result {
+  graft_status st;
+  char msg[512];
+  graft_tensor *out[2][MAX_OUTS];
+  graft_tensor *var[MAX_VARS];
+  graft_plan_stats stats;
+} result;
+
+static void result_free(result *r) {
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < MAX_OUTS; i++) graft_tensor_destroy(r->out[c][i]);
+  for (int i = 0; i < MAX_VARS; i++) graft_tensor_destroy(r->var[i]);
+  memset(r, 0, sizeof *r);
+}
+
+/* Run c twice on rt with the planner, or with naive allocation. */
+static void run_case(graft_runtime *rt, const graph_case *c, int naive, result *r) {
+  memset(r, 0, sizeof *r);
+  assert_true(c->n_out <= MAX_OUTS && c->n_vars <= MAX_VARS);
+  for (int k = 0; k < c->n_vars; k++)
+    assert_int_equal(graft_variable_set(c->vars[k], c->var0[k]), GRAFT_OK);
+  graft__memplan_naive = naive;
+  graft_function *f = tu_function(rt, c->name, c->fn, c->user, c->n_in, c->n_out, NULL);
+  r->st = graft_function_call(f, c->n_in, c->in, c->n_out, r->out[0]);
+  if (r->st == GRAFT_OK) {
+    for (int i = 0; i < c->n_out; i++) r->out[1][i] = empty_like(r->out[0][i]);
+    r->st = graft_function_call(f, c->n_in, c->in, c->n_out, r->out[1]);
+  }
+  graft__memplan_naive = 0;
+  snprintf(r->msg, sizeof r->msg, "%s", graft_function_errmsg(f));
+  if (r->st == GRAFT_OK) assert_int_equal(graft_function_stats(f, &r->stats), GRAFT_OK);
+  graft_function_destroy(f);
+  for (int k = 0; k < c->n_vars; k++) r->var[k] = copy_of(graft_variable_value(c->vars[k]));
+}
+
+/* "" when got equals ref bitwise, else what differs. */
+static void compare(const graph_case *c, const result *ref, const result *got, char *why, size_t len) {
+  char d[256];
+  why[0] = '\0';
+  if (got->st != ref->st || got->st != GRAFT_OK) {
+    snprintf(why, len, "status %s (%.200s), naive %s (%.200s)", graft_status_name(got->st), got->msg,
+             graft_status_name(ref->st), ref->msg);
+    return;
+  }
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < c->n_out; i++) {
+      diff(got->out[k][i], ref->out[k][i], d, sizeof d);
+      if (d[0]) {
+        snprintf(why, len, "call %d output %d: %s", k + 1, i, d);
+        return;
+      }
+    }
+  for (int k = 0; k < c->n_vars; k++) {
+    diff(got->var[k], ref->var[k], d, sizeof d);
+    if (d[0]) {
+      snprintf(why, len, "variable %d: %s", k, d);
+      return;
+    }
+  }
+}
+
+/* Trace and compile c on rt (one call); returns the function, its plan in
+ * *p and stats in *ps.  The caller destroys f and out[]. */
+static graft_function *compile_case(graft_runtime *rt, const graph_case *c, graft_tensor **out,
+                                    const graft__plan **p, graft_plan_stats *ps, const char *ctx) {
+  for (int k = 0; k < c->n_vars; k++)
+    assert_int_equal(graft_variable_set(c->vars[k], c->var0[k]), GRAFT_OK);
+  graft_function *f = tu_function(rt, c->name, c->fn, c->user, c->n_in, c->n_out, NULL);
+  for (int i = 0; i < c->n_out; i++) out[i] = NULL;
+  graft_status st = graft_function_call(f, c->n_in, c->in, c->n_out, out);
+  if (st != GRAFT_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", graft_function_errmsg(f));
+    graft_function_destroy(f);
+    fail_msg("%s: call failed: %s: %s", ctx, graft_status_name(st), msg);
+  }
+  *p = graft__function_plan(f);
+  assert_non_null(*p);
+  assert_int_equal(graft_function_stats(f, ps), GRAFT_OK);
+  return f;
+}
+
+/* Seeds [first, first + n), or only GRAFT_TEST_SEED when it is set. */
+static int64_t seed_count(int64_t n) {
+  const char *only = getenv("GRAFT_TEST_SEED");
+  return only && *only ? 1 : n;
+}
+static uint64_t seed_at(uint64_t first, int64_t k) {
+  const char *only = getenv("GRAFT_TEST_SEED");
+  return only && *only ? strtoull(only, NULL, 10) : first + (uint64_t)k;
+}
+
+typedef struct totals {
+  int64_t plans, values, inplace, arena, naive, load, bound, max_n;
+} totals;
+
+static void totals_add(totals *t, const graft__plan *p, const graft_plan_stats *ps) {
+  t->plans++;
+  t->values += p->n_order;
+  t->inplace += ps->inplace;
+  t->arena += ps->arena_bytes;
+  t->naive += ps->naive_bytes;
+  t->load += ps->load_bytes;
+  t->bound += ps->bound_bytes;
+  t->max_n = MAX(t->max_n, (int64_t)p->n_order);
+}
+
+static void totals_print(const char *what, const totals *t) {
+  print_message("%s: %lld plans, %lld values (max %lld), %lld in place; arena/naive %.3f, "
+                "arena/load %.3f, arena/bound %.3f\n",
+                what, (long long)t->plans, (long long)t->values, (long long)t->max_n,
+                (long long)t->inplace, t->naive ? (double)t->arena / (double)t->naive : 0.0,
+                t->load ? (double)t->arena / (double)t->load : 0.0,
+                t->bound ? (double)t->arena / (double)t->bound : 0.0);
+}
+
+/* ---- 1. the checker accepts every plan the planner makes ---------------------- */
+
+static void test_graft__plan_check__accepts_planner_plans_of_random_dags(void **state) {
+  (void)state;
+  graft_runtime *rt = runtime("seq", 1);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS);
+  totals mixed = {0}, structured[SDAG_KINDS] = {{0}};
+  for (int64_t k = 0; k < seed_count((n + 1) / 2); k++) {
+    uint64_t seed = seed_at(1, k);
+    char ctx[128];
+    dag_spec s;
+    inputs io;
+    spec_make(&s, seed);
+    inputs_make(&s, &io);
+    graph_case c = mixed_case(&s, &io);
+    graft_tensor *out[MAX_OUTS];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    snprintf(ctx, sizeof ctx, "mixed DAG seed %llu (rerun: GRAFT_TEST_SEED=%llu)",
+             (unsigned long long)seed, (unsigned long long)seed);
+    graft_function *f = compile_case(rt, &c, out, &p, &ps, ctx);
+    assert_plan_ok(p, &ps, ctx);
+    totals_add(&mixed, p, &ps);
+    tu_destroy_outs(out, c.n_out);
+    graft_function_destroy(f);
+    inputs_free(&s, &io);
+  }
+  for (int64_t k = 0; k < seed_count(n / 2); k++) {
+    uint64_t seed = seed_at(1, k);
+    char ctx[128];
+    sdag_spec s;
+    inputs io;
+    sdag_spec_make(&s, seed);
+    sdag_inputs_make(&s, &io);
+    graph_case c = sdag_case(&s, &io);
+    graft_tensor *out[MAX_OUTS];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    snprintf(ctx, sizeof ctx, "structured DAG (%s) seed %llu (rerun: GRAFT_TEST_SEED=%llu)",
+             sdag_kind_names[s.kind], (unsigned long long)seed, (unsigned long long)seed);
+    graft_function *f = compile_case(rt, &c, out, &p, &ps, ctx);
+    assert_plan_ok(p, &ps, ctx);
+    totals_add(&structured[s.kind], p, &ps);
+    tu_destroy_outs(out, c.n_out);
+    graft_function_destroy(f);
+    sdag_inputs_free(&s, &io);
+  }
+  graft_runtime_destroy(rt);
+  totals_print("mixed", &mixed);
+  for (int k = 0; k < SDAG_KINDS; k++) totals_print(sdag_kind_names[k], &structured[k]);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (!only || !*only) {
+    /* The planner must have reused memory, or this checks too little. */
+    int64_t inplace = mixed.inplace, arena = mixed.arena, naive = mixed.naive;
+    for (int k = 0; k < SDAG_KINDS; k++) {
+      inplace += structured[k].inplace;
+      arena += structured[k].arena;
+      naive += structured[k].naive;
+      assert_true(structured[k].plans == 0 || structured[k].arena < structured[k].naive);
+    }
+    assert_true(inplace > 0);
+    assert_true(arena < naive);
+  }
+}
+
+/* ---- 2. the checker rejects wrong plans ------------------------------------------ */
+
+/* A shallow copy of a plan with its own offset array: the function's plan is
+ * never touched. */
+typedef struct scratch {
+  graft__plan q;
+  size_t *off;
+} scratch;
+
+static void scratch_init(scratch *s, const graft__plan *p) {
+  s->q = *p;
+  size_t n = p->g->n_nodes ? p->g->n_nodes : 1;
+  s->off = malloc(n * sizeof *s->off);
+  assert_non_null(s->off);
+  memcpy(s->off, p->offset, p->g->n_nodes * sizeof *s->off);
+  s->q.offset = s->off;
+}
+
+/* Every compute value in its own slot: valid whatever the graph. */
+static void scratch_distinct(scratch *s) {
+  int64_t slot = 64;
+  for (uint32_t i = 0; i < s->q.n_order; i++) slot = MAX(slot, round64(bytes_at(&s->q, i)));
+  for (uint32_t i = 0; i < s->q.n_order; i++) s->off[s->q.order[i]] = (size_t)(i * slot);
+  s->q.arena_bytes = (size_t)(s->q.n_order * slot);
+}
+
+static size_t *off_at(scratch *s, uint32_t i) { return &s->off[s->q.order[i]]; }
+
+/* The checker's verdict on s must be want (GRAFT_OK or GRAFT_EINTERNAL) and
+ * the reference's must agree; a rejection names nodes a and b (order
+ * positions, UINT32_MAX: not checked). */
+#define assert_verdict(s, want, a, b, what) assert_verdict_((s), (want), (a), (b), (what), __FILE__, __LINE__)
+static void assert_verdict_(const scratch *s, graft_status want, uint32_t a, uint32_t b,
+                            const char *what, const char *file, int line) {
+  char msg[1024] = "", why[512];
+  graft_status st = graft__plan_check(&s->q, msg);
+  if (st != want)
+    tu_fail_at_(file, line, "%s: the checker says %s (%s), want %s", what, graft_status_name(st), msg,
+                graft_status_name(want));
+  int ref = ref_plan_valid(&s->q, why, sizeof why);
+  if (ref != (want == GRAFT_OK))
+    tu_fail_at_(file, line, "%s: the reference checker disagrees (%s)", what, ref ? "valid" : why);
+  uint32_t names[2] = {a, b};
+  for (int k = 0; k < 2; k++) {
+    if (names[k] == UINT32_MAX) continue;
+    char want_name[64];
+    snprintf(want_name, sizeof want_name, "%s #%u", op_at(&s->q, names[k]), s->q.order[names[k]]);
+    if (!strstr(msg, want_name))
+      tu_fail_at_(file, line, "%s: message \"%s\" does not name %s", what, msg, want_name);
+  }
+}
+
+/* x -> a = tanh(x); b = sin(a) (an output); c = matmul(a, a); d = b + c;
+ * e = cos(d); t = transpose(e); u = neg(t) (an output).  A diamond, then a
+ * chain with a non-elementwise and an elementwise link, all [8, 8] f32. */
+static graft_status diamond_chain(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                  graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *a = graft_tanh(t, in[0]);
+  graft_value *b = graft_sin(t, a);
+  graft_value *c = graft_matmul(t, a, a, 0);
+  graft_value *d = graft_add(t, b, c);
+  graft_value *e = graft_cos(t, d);
+  graft_value *tr = graft_transpose(t, e, NULL);
+  out[0] = b;
+  out[1] = graft_neg(t, tr);
+  return GRAFT_OK;
+}
+
+/* Two independent branches: p1 = sin(x) -> q1 = reduce_sum(p1), p2 =
+ * cos(x) -> q2 = reduce_max(p2), out = q1 + q2.  In compile order p1's last
+ * reader precedes p2, but a parallel schedule may run p2 before q1. */
+static graft_status two_branches(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                 graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *q1 = graft_reduce_sum(t, graft_sin(t, in[0]), 0, NULL, 0);
+  graft_value *q2 = graft_reduce_max(t, graft_cos(t, in[0]), 0, NULL, 0);
+  out[0] = graft_add(t, q1, q2);
+  return GRAFT_OK;
+}
+
+/* s = sin(x); a = assign(v, s); w = exp(a); out = tanh(w): the assigned
+ * value is read after the graph (the variable's commit). */
+static graft_status staged_assign(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                  graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  graft_value *a = graft_assign(t, (graft_variable *)user, graft_sin(t, in[0]));
+  out[0] = graft_tanh(t, graft_exp(t, a));
+  return GRAFT_OK;
+}
+
+static void test_graft__plan_check__rejects_hand_made_plans(void **state) {
+  (void)state;
+  graft_runtime *rt = runtime("seq", 1);
+  tu_rng r = {0x1234567};
+  const int64_t sh[2] = {8, 8};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, sh, -1, 1);
+  graft_tensor *out[2] = {NULL, NULL}, *out2[2] = {NULL, NULL};
+  graft_function *f = tu_function(rt, "diamond_chain", diamond_chain, NULL, 1, 2, NULL);
+  tu_assert_call_ok(f, 1, &x, 2, out);
+  const graft__plan *p = graft__function_plan(f);
+  assert_non_null(p);
+  graft_plan_stats ps;
+  assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+  assert_plan_ok(p, &ps, "diamond_chain");
+  uint32_t a = pos_of_op(p, "tanh"), b = pos_of_op(p, "sin"), c = pos_of_op(p, "matmul"),
+           d = pos_of_op(p, "add"), e = pos_of_op(p, "cos"), t = pos_of_op(p, "transpose"),
+           u = pos_of_op(p, "neg");
+  size_t *saved = malloc(p->g->n_nodes * sizeof *saved);
+  assert_non_null(saved);
+  memcpy(saved, p->offset, p->g->n_nodes * sizeof *saved);
+  size_t saved_arena = p->arena_bytes;
+  unsigned char *saved_base = p->arena;
+
+  scratch s;
+  scratch_init(&s, p);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX, "the planner's offsets, copied");
+  scratch_distinct(&s);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX, "one slot per value");
+  size_t slot = *off_at(&s, 1) - *off_at(&s, 0);
+
+  /* b and c are both live until d: sharing is wrong in every order. */
+  *off_at(&s, c) = *off_at(&s, b);
+  assert_verdict(&s, GRAFT_EINTERNAL, b, c, "sin and matmul (both live until add) at one offset");
+  scratch_distinct(&s);
+  *off_at(&s, b) = *off_at(&s, c) + 64; /* a partial overlap */
+  assert_verdict(&s, GRAFT_EINTERNAL, b, c, "sin overlapping matmul by all but 64 bytes");
+
+  /* Alignment and bounds. */
+  scratch_distinct(&s);
+  s.q.arena_bytes += 64;
+  *off_at(&s, d) += 8;
+  assert_verdict(&s, GRAFT_EINTERNAL, UINT32_MAX, UINT32_MAX, "add at an offset 8 bytes off 64");
+  scratch_distinct(&s);
+  *off_at(&s, d) += 32;
+  s.q.arena_bytes += 64;
+  assert_verdict(&s, GRAFT_EINTERNAL, UINT32_MAX, UINT32_MAX, "add at an offset 32 bytes off 64");
+  scratch_distinct(&s);
+  *off_at(&s, u) = s.q.arena_bytes;
+  assert_verdict(&s, GRAFT_EINTERNAL, UINT32_MAX, UINT32_MAX, "neg starting at the arena's end");
+  scratch_distinct(&s);
+  *off_at(&s, u) = s.q.arena_bytes - 64;
+  assert_verdict(&s, GRAFT_EINTERNAL, UINT32_MAX, UINT32_MAX, "neg ending 192 bytes past the arena");
+  scratch_distinct(&s);
+  s.q.arena_bytes -= 64; /* the last value now ends past it */
+  assert_verdict(&s, GRAFT_EINTERNAL, UINT32_MAX, UINT32_MAX, "an arena 64 bytes short");
+
+  /* b is an output: read after the graph, so nothing later may take its
+   * bytes even though its only reader (add) precedes cos. */
+  scratch_distinct(&s);
+  *off_at(&s, e) = *off_at(&s, b);
+  assert_verdict(&s, GRAFT_EINTERNAL, b, e, "cos over the output sin");
+  scratch_distinct(&s);
+  *off_at(&s, u) = *off_at(&s, b);
+  assert_verdict(&s, GRAFT_EINTERNAL, b, u, "the output neg over the output sin");
+
+  /* A non-elementwise op may not write over its input, even its only one. */
+  scratch_distinct(&s);
+  *off_at(&s, t) = *off_at(&s, e);
+  assert_verdict(&s, GRAFT_EINTERNAL, e, t, "transpose over its input cos");
+  scratch_distinct(&s);
+  *off_at(&s, c) = *off_at(&s, a);
+  assert_verdict(&s, GRAFT_EINTERNAL, a, c, "matmul over its input tanh");
+  /* An elementwise op may, but only exactly over it. */
+  scratch_distinct(&s);
+  *off_at(&s, u) = *off_at(&s, t);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX, "neg in place over its only input transpose");
+  scratch_distinct(&s);
+  *off_at(&s, u) = *off_at(&s, t) + 64;
+  s.q.arena_bytes += slot;
+  assert_verdict(&s, GRAFT_EINTERNAL, t, u, "neg 64 bytes off its input transpose");
+  /* ... and only when the input's other readers precede it: sin may not
+   * write over tanh while matmul may still read it; add may write over
+   * matmul, whose only reader it is. */
+  scratch_distinct(&s);
+  *off_at(&s, b) = *off_at(&s, a);
+  assert_verdict(&s, GRAFT_EINTERNAL, a, b, "sin in place over tanh, which matmul also reads");
+  scratch_distinct(&s);
+  *off_at(&s, d) = *off_at(&s, c);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX, "add in place over its input matmul");
+
+  /* Legal reuse: after the last reader. */
+  scratch_distinct(&s);
+  *off_at(&s, e) = *off_at(&s, a);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX,
+                 "cos over tanh (read by sin and matmul, both before add)");
+  scratch_distinct(&s);
+  *off_at(&s, t) = *off_at(&s, a);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX, "transpose over tanh");
+  scratch_distinct(&s);
+  *off_at(&s, e) = *off_at(&s, a);
+  *off_at(&s, u) = *off_at(&s, c);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX, "cos over tanh and the output neg over matmul");
+  scratch_distinct(&s);
+  *off_at(&s, e) = *off_at(&s, c);
+  *off_at(&s, d) = *off_at(&s, a);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX,
+                 "cos over matmul (after add), add over tanh (after sin and matmul)");
+  free(s.off);
+
+  /* The function's own plan is untouched and still works. */
+  assert_ptr_equal(graft__function_plan(f), p);
+  assert_true(!memcmp(saved, p->offset, p->g->n_nodes * sizeof *saved));
+  assert_true(p->arena_bytes == saved_arena && p->arena == saved_base);
+  char msg[1024];
+  assert_int_equal(graft__plan_check(p, msg), GRAFT_OK);
+  tu_assert_call_ok(f, 1, &x, 2, out2);
+  char d1[256], d2[256];
+  diff(out2[0], out[0], d1, sizeof d1);
+  diff(out2[1], out[1], d2, sizeof d2);
+  if (d1[0] || d2[0]) fail_msg("second call differs: %s %s", d1, d2);
+  free(saved);
+  tu_destroy_outs(out, 2);
+  tu_destroy_outs(out2, 2);
+  graft_function_destroy(f);
+
+  /* Parallel safety: p2 may reuse p1's bytes in compile order (p1's reader
+   * q1 comes first) but not in every schedule. */
+  f = tu_function(rt, "two_branches", two_branches, NULL, 1, 1, NULL);
+  tu_assert_call_ok(f, 1, &x, 1, out);
+  p = graft__function_plan(f);
+  assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+  assert_plan_ok(p, &ps, "two_branches");
+  uint32_t p1 = pos_of_op(p, "sin"), q1 = pos_of_op(p, "reduce_sum"), p2 = pos_of_op(p, "cos");
+  assert_true(p1 < q1 && q1 < p2); /* the compile order the case is about */
+  /* The planner kept them apart. */
+  assert_true(p->offset[p->order[p2]] >= p->offset[p->order[p1]] + 256 ||
+              p->offset[p->order[p1]] >= p->offset[p->order[p2]] + 256);
+  scratch_init(&s, p);
+  scratch_distinct(&s);
+  *off_at(&s, p2) = *off_at(&s, p1);
+  assert_verdict(&s, GRAFT_EINTERNAL, p1, p2, "cos over sin in independent branches");
+  free(s.off);
+  tu_destroy_outs(out, 1);
+  graft_function_destroy(f);
+
+  /* A staged assignment is read after the graph. */
+  graft_variable *v = NULL;
+  assert_int_equal(graft_variable_create(NULL, "v", GRAFT_F32, 2, sh, NULL, 0, &v), GRAFT_OK);
+  f = tu_function(rt, "staged_assign", staged_assign, v, 1, 1, NULL);
+  tu_assert_call_ok(f, 1, &x, 1, out);
+  p = graft__function_plan(f);
+  assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+  assert_plan_ok(p, &ps, "staged_assign");
+  uint32_t ps_ = pos_of_op(p, "sin"), pa = pos_of_op(p, "assign"), pw = pos_of_op(p, "exp");
+  scratch_init(&s, p);
+  scratch_distinct(&s);
+  *off_at(&s, pw) = *off_at(&s, pa);
+  assert_verdict(&s, GRAFT_EINTERNAL, pa, pw, "exp over the assigned value");
+  scratch_distinct(&s);
+  *off_at(&s, pw) = *off_at(&s, ps_);
+  assert_verdict(&s, GRAFT_OK, UINT32_MAX, UINT32_MAX, "exp over sin (read only by assign, before exp)");
+  free(s.off);
+  tu_destroy_outs(out, 1);
+  graft_function_destroy(f);
+  graft_variable_destroy(v);
+
+  graft_tensor_destroy(x);
+  graft_runtime_destroy(rt);
+}
+
+/* The checker and the reference agree on random corruptions of real plans:
+ * a value moved onto another's offset or next to it, misaligned, or the
+ * arena cut short.  Both verdicts must occur, or the case checks little. */
+static void test_graft__plan_check__agrees_with_reference_on_mutated_plans(void **state) {
+  (void)state;
+  graft_runtime *rt = runtime("seq", 1);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 8;
+  int64_t accepted = 0, rejected = 0;
+  for (int64_t k = 0; k < seed_count(n); k++) {
+    uint64_t seed = seed_at(5001, k);
+    char ctx[160];
+    sdag_spec ss;
+    dag_spec ds;
+    inputs io;
+    graph_case c;
+    if (k % 2) {
+      sdag_spec_make(&ss, seed);
+      sdag_inputs_make(&ss, &io);
+      c = sdag_case(&ss, &io);
+    } else {
+      spec_make(&ds, seed);
+      inputs_make(&ds, &io);
+      c = mixed_case(&ds, &io);
+    }
+    snprintf(ctx, sizeof ctx, "%s DAG seed %llu (rerun: GRAFT_TEST_SEED=%llu)", c.name,
+             (unsigned long long)seed, (unsigned long long)seed);
+    graft_tensor *out[MAX_OUTS];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    graft_function *f = compile_case(rt, &c, out, &p, &ps, ctx);
+    tu_rng r = rng_from(seed, 0x3a7);
+    scratch s;
+    scratch_init(&s, p);
+    uint32_t nv = p->n_order;
+    for (int m = 0; m < 16 && nv >= 2 && nv <= REF_MAX_N; m++) {
+      memcpy(s.off, p->offset, p->g->n_nodes * sizeof *s.off);
+      s.q.arena_bytes = p->arena_bytes;
+      uint32_t i = (uint32_t)tu_int(&r, 0, nv - 1), j = (uint32_t)tu_int(&r, 0, nv - 1);
+      const char *what;
+      switch (tu_int(&r, 0, 5)) {
+      case 0:
+      case 1:
+        what = "moved onto another value";
+        *off_at(&s, i) = *off_at(&s, j);
+        break;
+      case 2:
+        what = "moved next to another value";
+        *off_at(&s, i) = *off_at(&s, j) + 64 * (size_t)tu_int(&r, 1, 4);
+        s.q.arena_bytes = MAX(s.q.arena_bytes, *off_at(&s, i) + (size_t)bytes_at(p, i));
+        break;
+      case 3:
+        what = "misaligned";
+        *off_at(&s, i) += (size_t)(8 * tu_int(&r, 1, 7));
+        s.q.arena_bytes += 64;
+        break;
+      case 4:
+        what = "two offsets swapped";
+        *off_at(&s, i) = *off_at(&s, j);
+        *off_at(&s, j) = p->offset[p->order[i]];
+        break;
+      default:
+        what = "arena cut short";
+        s.q.arena_bytes -= (size_t)MIN((int64_t)s.q.arena_bytes, 64 * tu_int(&r, 1, 4));
+        break;
+      }
+      char msg[1024] = "", why[512];
+      graft_status st = graft__plan_check(&s.q, msg);
+      int ref = ref_plan_valid(&s.q, why, sizeof why);
+      if (st != GRAFT_OK && st != GRAFT_EINTERNAL)
+        fail_msg("%s, mutation %d (%s): the checker returned %s: %s", ctx, m, what,
+                 graft_status_name(st), msg);
+      if ((st == GRAFT_OK) != ref)
+        fail_msg("%s, mutation %d (%s, #%u, #%u): the checker says %s (%s), the reference %s", ctx, m,
+                 what, p->order[i], p->order[j], st == GRAFT_OK ? "valid" : "invalid", msg,
+                 ref ? "valid" : why);
+      if (ref) accepted++;
+      else rejected++;
+    }
+    free(s.off);
+    tu_destroy_outs(out, c.n_out);
+    graft_function_destroy(f);
+    if (k % 2) sdag_inputs_free(&ss, &io);
+    else inputs_free(&ds, &io);
+  }
+  graft_runtime_destroy(rt);
+  print_message("%lld mutated plans valid, %lld invalid\n", (long long)accepted, (long long)rejected);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (!only || !*only) assert_true(accepted > 0 && rejected > 0);
+}
+
+/* ---- 3. bitwise equal to naive allocation ----------------------------------------- */
+
+static const int THREADS[] = {1, 2, 8};
+
+/* c with the planner equals c with naive allocation on ws at 1, 2, 8
+ * threads; returns the planner's in-place count at 1 thread. */
+static int64_t assert_equal_to_naive(graft_runtime *const *rts, const graph_case *c, const char *ctx) {
+  int64_t inplace = 0;
+  for (size_t k = 0; k < COUNT(THREADS); k++) {
+    result naive, plan;
+    char why[600];
+    run_case(rts[k], c, 1, &naive);
+    run_case(rts[k], c, 0, &plan);
+    compare(c, &naive, &plan, why, sizeof why);
+    if (!why[0] && (naive.stats.inplace != 0 || naive.stats.arena_bytes != naive.stats.naive_bytes))
+      snprintf(why, sizeof why, "the naive plan reused memory (inplace %lld, arena %lld of %lld)",
+               (long long)naive.stats.inplace, (long long)naive.stats.arena_bytes,
+               (long long)naive.stats.naive_bytes);
+    if (k == 0) inplace = plan.stats.inplace;
+    result_free(&naive);
+    result_free(&plan);
+    if (why[0]) fail_msg("%s, ws x%d: planner vs naive: %s", ctx, THREADS[k], why);
+  }
+  return inplace;
+}
+
+static void test_graft_function_call__planner_bitwise_equal_to_naive_on_random_dags(void **state) {
+  (void)state;
+  graft_runtime *rts[COUNT(THREADS)];
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = runtime("ws", THREADS[k]);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 20, inplace = 0, cases = 0;
+  for (int64_t k = 0; k < seed_count(n); k++) {
+    uint64_t seed = seed_at(9001, k);
+    char ctx[160];
+    inputs io;
+    if (k % 2) {
+      sdag_spec s;
+      sdag_spec_make(&s, seed);
+      sdag_inputs_make(&s, &io);
+      graph_case c = sdag_case(&s, &io);
+      snprintf(ctx, sizeof ctx, "structured DAG (%s) seed %llu (rerun: GRAFT_TEST_SEED=%llu)", c.name,
+               (unsigned long long)seed, (unsigned long long)seed);
+      inplace += assert_equal_to_naive(rts, &c, ctx);
+      sdag_inputs_free(&s, &io);
+    } else {
+      dag_spec s;
+      spec_make(&s, seed);
+      inputs_make(&s, &io);
+      graph_case c = mixed_case(&s, &io);
+      snprintf(ctx, sizeof ctx, "mixed DAG seed %llu (rerun: GRAFT_TEST_SEED=%llu)",
+               (unsigned long long)seed, (unsigned long long)seed);
+      inplace += assert_equal_to_naive(rts, &c, ctx);
+      inputs_free(&s, &io);
+    }
+    cases++;
+  }
+  for (size_t k = 0; k < COUNT(THREADS); k++) graft_runtime_destroy(rts[k]);
+  print_message("%lld DAGs, %lld values written in place\n", (long long)cases, (long long)inplace);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (!only || !*only) assert_true(inplace > 0);
+}
+
+/* An MLP step, f32: x [batch, 64] -> 128 -> 128 -> 10 with relu, softmax
+ * probabilities, the cross-entropy loss, and an SGD-like update of the last
+ * bias from the probabilities (a staged assignment). */
+enum { MB = 32, MI = 64, MH = 128, MO = 10 };  /* MB: the default batch */
+
+typedef struct mlp_model {
+  graft_variable *w[3], *b[3];
+} mlp_model;
+
+static graft_status mlp_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                             graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  mlp_model *m = user;
+  graft_value *h = in[0];
+  for (int l = 0; l < 3; l++) {
+    h = graft_add(t, graft_matmul(t, h, graft_read(t, m->w[l]), 0), graft_read(t, m->b[l]));
+    if (l < 2) h = graft_relu(t, h);
+  }
+  graft_value *probs = graft_softmax(t, h, -1);
+  graft_value *onehot = graft_one_hot(t, in[1], MO, GRAFT_F32);
+  const int ax0[1] = {0};
+  graft_value *g = graft_reduce_mean(t, graft_sub(t, probs, onehot), 1, ax0, 0);
+  graft_assign_sub(t, m->b[2], graft_mul(t, g, graft_scalar(t, GRAFT_F32, 0.1)));
+  out[0] = probs;
+  out[1] = graft_softmax_cross_entropy(t, h, in[1]);
+  return GRAFT_OK;
+}
+
+typedef struct mlp_fixture {
+  mlp_model m;
+  graft_tensor *in[2], *init[6];
+} mlp_fixture;
+
+static void mlp_make(mlp_fixture *fx, int64_t batch) {
+  tu_rng r = {0xfeed};
+  const int64_t dims[3][2] = {{MI, MH}, {MH, MH}, {MH, MO}};
+  for (int l = 0; l < 3; l++) {
+    double sc = 1.0 / sqrt((double)dims[l][0]);
+    fx->init[l] = tu_tensor_rand(&r, GRAFT_F32, 2, dims[l], -sc, sc);
+    fx->init[3 + l] = tu_tensor_rand(&r, GRAFT_F32, 1, &dims[l][1], -0.1, 0.1);
+    char name[8];
+    snprintf(name, sizeof name, "w%d", l);
+    assert_int_equal(graft_variable_create(NULL, name, GRAFT_F32, 2, dims[l],
+                                           graft_tensor_data(fx->init[l]), 0, &fx->m.w[l]),
+                     GRAFT_OK);
+    snprintf(name, sizeof name, "b%d", l);
+    assert_int_equal(graft_variable_create(NULL, name, GRAFT_F32, 1, &dims[l][1],
+                                           graft_tensor_data(fx->init[3 + l]), 0, &fx->m.b[l]),
+                     GRAFT_OK);
+  }
+  const int64_t xs[2] = {batch, MI}, ls[1] = {batch};
+  fx->in[0] = tu_tensor_rand(&r, GRAFT_F32, 2, xs, -1, 1);
+  fx->in[1] = tu_tensor_rand(&r, GRAFT_I32, 1, ls, 0, MO - 1);
+}
+
+static void mlp_free(mlp_fixture *fx) {
+  for (int l = 0; l < 3; l++) {
+    graft_variable_destroy(fx->m.w[l]);
+    graft_variable_destroy(fx->m.b[l]);
+  }
+  for (int i = 0; i < 6; i++) graft_tensor_destroy(fx->init[i]);
+  graft_tensor_destroy(fx->in[0]);
+  graft_tensor_destroy(fx->in[1]);
+}
+
+static void test_graft_function_call__planner_bitwise_equal_to_naive_on_mlp(void **state) {
+  (void)state;
+  mlp_fixture fx;
+  mlp_make(&fx, MB);
+  graft_runtime *rts[COUNT(THREADS)];
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = runtime("ws", THREADS[k]);
+  graft_variable *vars[1] = {fx.m.b[2]};
+  graft_tensor *var0[1] = {fx.init[5]};
+  graph_case c = {"mlp_step", mlp_step, &fx.m, 2, 2, 1, fx.in, vars, var0};
+  int64_t inplace = assert_equal_to_naive(rts, &c, "mlp_step");
+  /* The relus and bias adds write in place. */
+  assert_true(inplace > 0);
+  /* And its plan passes both checkers. */
+  graft_tensor *out[2];
+  const graft__plan *p;
+  graft_plan_stats ps;
+  graft_function *f = compile_case(rts[1], &c, out, &p, &ps, "mlp_step");
+  assert_plan_ok(p, &ps, "mlp_step");
+  print_message("mlp_step: arena %lld, naive %lld, load %lld, bound %lld bytes, %lld in place\n",
+                (long long)ps.arena_bytes, (long long)ps.naive_bytes, (long long)ps.load_bytes,
+                (long long)ps.bound_bytes, (long long)ps.inplace);
+  tu_destroy_outs(out, 2);
+  graft_function_destroy(f);
+  for (size_t k = 0; k < COUNT(THREADS); k++) graft_runtime_destroy(rts[k]);
+  mlp_free(&fx);
+}
+
+/* ---- 4. memory is reused ------------------------------------------------------------ */
+
+enum { CHAIN_OPS = 1000, CHAIN_N = 256 };
+
+/* CHAIN_OPS elementwise ops on x [256, 256] f32: unary ops and products and
+ * sums with x itself (an input, outside the arena). */
+static graft_status long_chain(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                               graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *v = in[0];
+  for (int k = 0; k < CHAIN_OPS; k++) {
+    switch (k % 7) {
+    case 0: v = graft_tanh(t, v); break;
+    case 1: v = graft_mul(t, v, in[0]); break;
+    case 2: v = graft_sin(t, v); break;
+    case 3: v = graft_add(t, in[0], v); break;
+    case 4: v = graft_neg(t, v); break;
+    case 5: v = graft_abs(t, v); break;
+    default: v = graft_sigmoid(t, v); break;
+    }
+  }
+  out[0] = v;
+  return GRAFT_OK;
+}
+
+static void test_graft__memplan__long_elementwise_chain_runs_in_place(void **state) {
+  (void)state;
+  graft_runtime *rt = runtime("ws", 2);
+  tu_rng r = {77};
+  const int64_t sh[2] = {CHAIN_N, CHAIN_N};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, sh, -1, 1);
+  graft_tensor *out = NULL;
+  assert_int_equal(graft_tensor_create(GRAFT_F32, 2, sh, &out), GRAFT_OK);
+  graft_function *f = tu_function(rt, "long_chain", long_chain, NULL, 1, 1, NULL);
+  tu_assert_call_ok(f, 1, &x, 1, &out);
+  const graft__plan *p = graft__function_plan(f);
+  graft_plan_stats ps;
+  assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+  assert_plan_ok(p, &ps, "long_chain");
+  const int64_t value = CHAIN_N * CHAIN_N * (int64_t)sizeof(float);
+  print_message("chain of %d: arena %lld bytes (%.2f values), naive %lld, %lld in place\n", CHAIN_OPS,
+                (long long)ps.arena_bytes, (double)ps.arena_bytes / (double)value,
+                (long long)ps.naive_bytes, (long long)ps.inplace);
+  assert_int_equal(p->n_order, CHAIN_OPS);
+  assert_int_equal(ps.naive_bytes, CHAIN_OPS * value);
+  assert_true(ps.arena_bytes <= 3 * value);
+  /* Every op but the first (its input is the caller's x) and the last (an
+   * output) writes over its input: each value's only reader is the next. */
+  assert_true(ps.inplace > 0);
+  assert_int_equal(ps.inplace, CHAIN_OPS - 2);
+  /* The output went straight into the caller's tensor. */
+  assert_ptr_equal(p->views[p->g->outputs[0]].data, graft_tensor_data(out));
+  graft_tensor_destroy(out);
+  graft_tensor_destroy(x);
+  graft_function_destroy(f);
+  graft_runtime_destroy(rt);
+}
+
+enum { NBR = 16, BB = 64, BW = 256 };
+
+typedef struct branch_model {
+  graft_variable *w1[NBR], *b1[NBR], *w2[NBR], *b2[NBR];
+} branch_model;
+
+/* 16 independent 2-layer MLPs over x [64, 256], summed by a tree. */
+static graft_status branches16(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                               graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  branch_model *m = user;
+  graft_value *y[NBR];
+  for (int b = 0; b < NBR; b++) {
+    graft_value *h = graft_relu(t, graft_add(t, graft_matmul(t, in[0], graft_read(t, m->w1[b]), 0),
+                                             graft_read(t, m->b1[b])));
+    y[b] = graft_add(t, graft_matmul(t, h, graft_read(t, m->w2[b]), 0), graft_read(t, m->b2[b]));
+  }
+  for (int n = NBR; n > 1; n /= 2)
+    for (int i = 0; i < n / 2; i++) y[i] = graft_add(t, y[2 * i], y[2 * i + 1]);
+  out[0] = y[0];
+  return GRAFT_OK;
+}
+
+static void test_graft__memplan__independent_branches_share_memory(void **state) {
+  (void)state;
+  tu_rng r = {99};
+  branch_model m;
+  const int64_t ws[2] = {BW, BW}, bs[1] = {BW}, xs[2] = {BB, BW};
+  for (int b = 0; b < NBR; b++) {
+    graft_tensor *w = tu_tensor_rand(&r, GRAFT_F32, 2, ws, -0.06, 0.06);
+    graft_tensor *bias = tu_tensor_rand(&r, GRAFT_F32, 1, bs, -0.1, 0.1);
+    assert_int_equal(graft_variable_create(NULL, "w1", GRAFT_F32, 2, ws, graft_tensor_data(w), 0, &m.w1[b]), GRAFT_OK);
+    assert_int_equal(graft_variable_create(NULL, "w2", GRAFT_F32, 2, ws, graft_tensor_data(w), 0, &m.w2[b]), GRAFT_OK);
+    assert_int_equal(graft_variable_create(NULL, "b1", GRAFT_F32, 1, bs, graft_tensor_data(bias), 0, &m.b1[b]), GRAFT_OK);
+    assert_int_equal(graft_variable_create(NULL, "b2", GRAFT_F32, 1, bs, graft_tensor_data(bias), 0, &m.b2[b]), GRAFT_OK);
+    graft_tensor_destroy(w);
+    graft_tensor_destroy(bias);
+  }
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, xs, -1, 1);
+  graft_runtime *rts[COUNT(THREADS)];
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = runtime("ws", THREADS[k]);
+  graph_case c = {"branches16", branches16, &m, 1, 1, 0, &x, NULL, NULL};
+  assert_equal_to_naive(rts, &c, "branches16");
+  graft_tensor *out[1];
+  const graft__plan *p;
+  graft_plan_stats ps;
+  graft_function *f = compile_case(rts[2], &c, out, &p, &ps, "branches16");
+  assert_plan_ok(p, &ps, "branches16");
+  const int64_t value = BB * BW * (int64_t)sizeof(float);
+  print_message("16 branches: arena %lld (%.1f values), naive %lld (%.1f), load %lld, bound %lld, "
+                "%lld in place\n",
+                (long long)ps.arena_bytes, (double)ps.arena_bytes / (double)value,
+                (long long)ps.naive_bytes, (double)ps.naive_bytes / (double)value,
+                (long long)ps.load_bytes, (long long)ps.bound_bytes, (long long)ps.inplace);
+  assert_true(ps.arena_bytes < ps.naive_bytes);
+  /* Per branch the bias add and relu write over the first matmul's value
+   * and the second bias add over the second's, and each tree add over its
+   * left operand but the last (an output): 63 values in place, at most 33
+   * buffers for 95 values. */
+  assert_int_equal(ps.inplace, 3 * NBR + NBR - 2);
+  assert_true(ps.arena_bytes <= (2 * NBR + 1) * value);
+  tu_destroy_outs(out, 1);
+  graft_function_destroy(f);
+  for (size_t k = 0; k < COUNT(THREADS); k++) graft_runtime_destroy(rts[k]);
+  graft_tensor_destroy(x);
+  for (int b = 0; b < NBR; b++) {
+    graft_variable_destroy(m.w1[b]);
+    graft_variable_destroy(m.w2[b]);
+    graft_variable_destroy(m.b1[b]);
+    graft_variable_destroy(m.b2[b]);
+  }
+}
+
+/* Above EXACT_LIMIT compute nodes: 1800 chains of 10 elementwise ops from x
+ * [4], summed by a tree (19,799 values). */
+enum { BIG_CHAINS = 1800, BIG_LEN = 10 };
+
+static graft_status many_chains(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value **ends = malloc(BIG_CHAINS * sizeof *ends);
+  if (!ends) return GRAFT_ENOMEM;
+  for (int c = 0; c < BIG_CHAINS; c++) {
+    graft_value *v = in[0];
+    for (int k = 0; k < BIG_LEN; k++) v = (k + c) % 2 ? graft_sin(t, v) : graft_cos(t, v);
+    ends[c] = v;
+  }
+  int n = BIG_CHAINS;
+  while (n > 1) {
+    int m = 0;
+    for (int i = 0; i < n; i += 2) ends[m++] = i + 1 < n ? graft_add(t, ends[i], ends[i + 1]) : ends[i];
+    n = m;
+  }
+  out[0] = ends[0];
+  free(ends);
+  return GRAFT_OK;
+}
+
+static void test_graft__memplan__above_exact_limit_stays_correct(void **state) {
+  (void)state;
+  graft_runtime *rt = runtime("ws", 2);
+  tu_rng r = {5};
+  const int64_t sh[1] = {4};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 1, sh, -1, 1);
+  graph_case c = {"many_chains", many_chains, NULL, 1, 1, 0, &x, NULL, NULL};
+  graft_tensor *out[1];
+  const graft__plan *p;
+  graft_plan_stats ps;
+  graft_function *f = compile_case(rt, &c, out, &p, &ps, "many_chains");
+  assert_true(p->n_order > EXACT_LIMIT);
+  assert_int_equal(ps.planner_exact, 0);
+  assert_plan_ok(p, &ps, "many_chains");
+  /* Single-reader chains still write in place: every chain op but the first. */
+  assert_true(ps.inplace >= BIG_CHAINS * (BIG_LEN - 1));
+  assert_true(ps.arena_bytes < ps.naive_bytes);
+  print_message("%u values: arena %lld, naive %lld, %lld in place, planner %.0f us\n", p->n_order,
+                (long long)ps.arena_bytes, (long long)ps.naive_bytes, (long long)ps.inplace,
+                ps.planner_us);
+  /* The sum against a plain loop in double (f32 sin/cos: 1e-4 relative). */
+  double ref[4];
+  for (int i = 0; i < 4; i++) {
+    double acc = 0;
+    for (int ch = 0; ch < BIG_CHAINS; ch++) {
+      double v = tu_get(x, i);
+      for (int k = 0; k < BIG_LEN; k++) v = (k + ch) % 2 ? sin(v) : cos(v);
+      acc += v;
+    }
+    ref[i] = acc;
+  }
+  tu_assert_values(out[0], ref, 4, 1e-4, "many_chains");
+  tu_destroy_outs(out, 1);
+  graft_function_destroy(f);
+  graft_tensor_destroy(x);
+  graft_runtime_destroy(rt);
+}
+
+/* ---- 5. one arena per plan, not per call ----------------------------------------- */
+
+typedef struct counting {
+  atomic_long count;     /* allocations while armed */
+  atomic_long bytes;     /* their total size */
+  atomic_long max_size;  /* the largest */
+  atomic_int armed;
+} counting;
+
+static counting g_count;
+
+static void *count_alloc(void *ctx, size_t size, size_t align) {
+  counting *c = ctx;
+  if (atomic_load(&c->armed)) {
+    atomic_fetch_add(&c->count, 1);
+    atomic_fetch_add(&c->bytes, (long)size);
+    long m = atomic_load(&c->max_size);
+    while ((long)size > m && !atomic_compare_exchange_weak(&c->max_size, &m, (long)size)) {
+    }
+  }
+  if (align < sizeof(void *)) align = sizeof(void *);
+  return aligned_alloc(align, (size + align - 1) & ~(align - 1));
+}
+
+static void count_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+
+/* Start counting from zero. */
+static void count_arm(void) {
+  atomic_store(&g_count.count, 0);
+  atomic_store(&g_count.bytes, 0);
+  atomic_store(&g_count.max_size, 0);
+  atomic_store(&g_count.armed, 1);
+}
+/* Stop counting (the counts stay readable). */
+static void count_disarm(void) { atomic_store(&g_count.armed, 0); }
+
+enum { CALLS = 20 };
+
+/* The MLP step, 20 calls with caller-provided outputs after a warm-up call,
+ * on every executor: no call allocates an arena (nothing as large as it,
+ * nor that much in all), every call allocates the same small count, and
+ * the plan keeps one arena. */
+static void test_graft_function_call__arena_allocated_once_per_plan(void **state) {
+  (void)state;
+  graft_allocator a = {count_alloc, count_free, &g_count};
+  graft_set_allocator(&a); /* before any graft object of this case exists */
+  count_disarm();
+  static const struct {
+    const char *sched;
+    int threads;
+  } cfgs[] = {{"seq", 1}, {"ws", 1}, {"ws", 2}, {"ws", 8}, {"omp", 2}};
+  for (size_t k = 0; k < COUNT(cfgs); k++) {
+    mlp_fixture fx;
+    mlp_make(&fx, 8 * MB);
+    graft_runtime *rt = runtime(cfgs[k].sched, cfgs[k].threads);
+    graft_function *f = tu_function(rt, "mlp_step", mlp_step, &fx.m, 2, 2, NULL);
+    graft_tensor *out[2] = {NULL, NULL};
+    count_arm();
+    tu_assert_call_ok(f, 2, fx.in, 2, out); /* warm-up: trace, compile, arena */
+    count_disarm();
+    graft_plan_stats ps;
+    assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+    /* The hook sees graft's blocks, the arena among them. */
+    assert_true(atomic_load(&g_count.max_size) >= ps.arena_bytes);
+    const graft__plan *p = graft__function_plan(f);
+    const unsigned char *arena = p->arena;
+    assert_true(ps.arena_bytes > 128 * 1024); /* large enough to stand out */
+    long per_call[CALLS];
+    for (int c = 0; c < CALLS; c++) {
+      count_arm();
+      tu_assert_call_ok(f, 2, fx.in, 2, out);
+      count_disarm();
+      per_call[c] = atomic_load(&g_count.count);
+      long biggest = atomic_load(&g_count.max_size), total = atomic_load(&g_count.bytes);
+      if (biggest >= ps.arena_bytes || total >= ps.arena_bytes)
+        fail_msg("%s x%d, call %d: allocated %ld bytes in %ld blocks (largest %ld); the arena is %lld",
+                 cfgs[k].sched, cfgs[k].threads, c + 2, total, per_call[c], biggest,
+                 (long long)ps.arena_bytes);
+      if (per_call[c] != per_call[0])
+        fail_msg("%s x%d: call %d allocated %ld blocks, the first of these calls %ld", cfgs[k].sched,
+                 cfgs[k].threads, c + 2, per_call[c], per_call[0]);
+      assert_ptr_equal(graft__function_plan(f), p);
+      assert_ptr_equal(p->arena, arena);
+    }
+    assert_int_equal(graft_function_trace_count(f), 1);
+    print_message("%s x%d: %ld allocations per call, arena %lld bytes\n", cfgs[k].sched,
+                  cfgs[k].threads, per_call[0], (long long)ps.arena_bytes);
+    tu_destroy_outs(out, 2);
+    graft_function_destroy(f);
+    graft_runtime_destroy(rt);
+    mlp_free(&fx);
+  }
+  graft_set_allocator(NULL);
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  graft__memplan_naive = 0;
+  graft_set_allocator(NULL);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_graft__plan_check__accepts_planner_plans_of_random_dags),
+      cmocka_unit_test(test_graft__plan_check__rejects_hand_made_plans),
+      cmocka_unit_test(test_graft__plan_check__agrees_with_reference_on_mutated_plans),
+      cmocka_unit_test(test_graft_function_call__planner_bitwise_equal_to_naive_on_random_dags),
+      cmocka_unit_test(test_graft_function_call__planner_bitwise_equal_to_naive_on_mlp),
+      cmocka_unit_test(test_graft__memplan__long_elementwise_chain_runs_in_place),
+      cmocka_unit_test(test_graft__memplan__independent_branches_share_memory),
+      cmocka_unit_test(test_graft__memplan__above_exact_limit_stays_correct),
+      cmocka_unit_test(test_graft_function_call__arena_allocated_once_per_plan),
+  };
+  return cmocka_run_group_tests_name("sched/memplan", tests, NULL, group_teardown);
+}
