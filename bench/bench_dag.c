@@ -49,6 +49,8 @@
 /* Reps at N / 10 are this many times --reps (those calls are 10x cheaper). */
 #define SMALL_REPS_FACTOR 2
 #define FANOUT_WIDTH 1000
+/* A first call (trace and compile) slower than this is noted on stderr. */
+#define SLOW_FIRST_CALL_S 5.0
 /* Far above one element: every rank-0 node is one task. */
 #define GRAIN ((int64_t)1 << 30)
 
@@ -346,9 +348,15 @@ static int measure(const dag *d, int reps, graft_tensor *const *in, graft_tensor
     if (report(graft_function_create(cf->rt, &desc, &f[c]), "graft_function_create", NULL))
       goto done;
     /* Warm-up: traces, compiles, and touches the arena. */
+    double t0 = bench_now_us();
     if (report(graft_function_call(f[c], N_INPUTS, in, 1, &out), "graft_function_call", f[c]) ||
         check_output(d, out, SCHED_NAMES[cf->sched], cf->threads))
       goto done;
+    double first_s = (bench_now_us() - t0) * 1e-6;
+    if (first_s > SLOW_FIRST_CALL_S) /* so a long run does not look hung */
+      fprintf(stderr, "bench_dag: note: the first call of %s (%" PRId64 " nodes) on %s/%d took "
+              "%.1f s (trace and compile)\n",
+              DAG_NAMES[d->kind], d->n, SCHED_NAMES[cf->sched], cf->threads, first_s);
     graft_plan_stats st;
     if (report(graft_function_stats(f[c], &st), "graft_function_stats", f[c])) goto done;
     m->compile_ms[c] = st.compile_us * 1e-3;

@@ -483,12 +483,15 @@ static void scratch_init(scratch *s, const graft__plan *p) {
   s->q.offset = s->off;
 }
 
-/* Every compute value in its own slot: valid whatever the graph. */
+/* Every compute value in its own slot, 64 bytes apart (so a value moved by
+ * less than 64 bytes meets no other), the arena ending with the last one:
+ * valid whatever the graph. */
 static void scratch_distinct(scratch *s) {
-  int64_t slot = 64;
-  for (uint32_t i = 0; i < s->q.n_order; i++) slot = MAX(slot, round64(bytes_at(&s->q, i)));
-  for (uint32_t i = 0; i < s->q.n_order; i++) s->off[s->q.order[i]] = (size_t)(i * slot);
-  s->q.arena_bytes = (size_t)(s->q.n_order * slot);
+  int64_t slot = 0;
+  uint32_t n = s->q.n_order;
+  for (uint32_t i = 0; i < n; i++) slot = MAX(slot, round64(bytes_at(&s->q, i)) + 64);
+  for (uint32_t i = 0; i < n; i++) s->off[s->q.order[i]] = (size_t)(i * slot);
+  s->q.arena_bytes = n ? (size_t)((n - 1) * slot + bytes_at(&s->q, n - 1)) : 0;
 }
 
 static size_t *off_at(scratch *s, uint32_t i) { return &s->off[s->q.order[i]]; }

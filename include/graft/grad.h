@@ -1,0 +1,55 @@
+/* graft: gradients (reverse mode).
+ *
+ * graft_gradients appends the backward subgraph of ys with respect to xs to
+ * the trace.  The emitted nodes are ordinary values: they are pruned,
+ * planned, scheduled and exported like any other (styled as backward in
+ * DOT), and since every op that a gradient rule emits has a gradient rule of
+ * its own, gradients of gradients work to any depth.
+ */
+#ifndef GRAFT_GRAD_H
+#define GRAFT_GRAD_H
+
+#include "graft/status.h"
+#include "graft/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What an x that no y depends on gets. */
+typedef enum graft_unconnected {
+  GRAFT_UNCONNECTED_NONE = 0, /* grads[i] = NULL */
+  GRAFT_UNCONNECTED_ZERO = 1  /* grads[i] = zeros shaped like xs[i] */
+} graft_unconnected;
+
+/* Vector-Jacobian products: grads[i] = sum over k of seeds[k]^T d ys[k] / d xs[i].
+ * seeds may be NULL (all ones) or hold NULL entries (ones like ys[k]); a
+ * seed must have its y's dtype and shape.  xs may be inputs, variable reads
+ * or any intermediate value, listed in any order.  Integer xs (labels,
+ * indices) get no gradient (NULL whatever the policy); gradients do not flow
+ * through integer values, comparisons, one_hot or stop_gradient.
+ * Returns the trace's sticky status: on failure grads[] are all NULL and the
+ * message is on the trace. */
+GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *const *ys,
+                                       graft_value *const *seeds, int n_x,
+                                       graft_value *const *xs, graft_unconnected policy,
+                                       graft_value **grads);
+
+/* A user VJP rule: given the region's inputs xs, its output y and the
+ * cotangent gy of y, store the cotangent of each xs[i] in gxs[i] (NULL: no
+ * gradient).  Emit graft ops on t; return GRAFT_OK or an error. */
+typedef graft_status (*graft_vjp_fn)(graft_trace *t, int n_x, graft_value *const *xs,
+                                     graft_value *y, graft_value *gy, graft_value **gxs,
+                                     void *user);
+
+/* A value equal to y whose gradient with respect to xs is given by vjp
+ * instead of by differentiating the ops that computed y from xs (for
+ * numerically better or cheaper rules, e.g. a stable log-sum-exp).  user is
+ * passed to vjp, which runs while gradients are built, inside the trace. */
+GRAFT_API graft_value *graft_custom_gradient(graft_trace *t, int n_x, graft_value *const *xs,
+                                             graft_value *y, graft_vjp_fn vjp, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRAFT_GRAD_H */
