@@ -24,7 +24,7 @@ graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reaso
   }
   int64_t b, e;
   graft__tile_range(tl, t, &b, &e);
-  return graft__kernels[k.node->op].run(&k, b, e);
+  return p->kfn[i](&k, b, e);
 }
 
 graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason) {

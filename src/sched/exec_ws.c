@@ -204,7 +204,9 @@ static void backoff(unsigned *idle) {
   }
 }
 
-/* Push the tiles of the sources that start on worker wid. */
+/* Push the tiles of the sources that start on worker wid: each part's
+ * sources are dealt to the workers of its domain in contiguous blocks, so
+ * neighbouring sources (siblings of one subtree) stay on one worker. */
 static void seed(ctx *c, worker *me, int wid, uint64_t *next, int *have_next) {
   const graft__plan *p = c->p;
   int n = c->team, parts = GRAFT__MIN(p->n_parts, n);
@@ -215,16 +217,13 @@ static void seed(ctx *c, worker *me, int wid, uint64_t *next, int *have_next) {
       if (lo < 0) lo = w;
       cnt++;
     }
-  int64_t k_in_part = 0, prev = -1;
-  for (uint32_t k = 0; k < p->n_sources; k++) {
-    uint32_t i = p->sources[k];
-    int part = p->part[i] % parts;
-    if (part != prev) {
-      prev = part;
-      k_in_part = 0;
-    }
-    if (part == my && lo + (int)(k_in_part % cnt) == wid) ready(c, me, i, next, have_next);
-    k_in_part++;
+  /* (With fewer workers than parts, parts fold onto domains modulo.) */
+  int64_t total = 0, j = 0;
+  for (uint32_t k = 0; k < p->n_sources; k++) total += p->part[p->sources[k]] % parts == my;
+  int64_t r = wid - lo, from = total * r / cnt, to = total * (r + 1) / cnt;
+  for (uint32_t k = 0; k < p->n_sources && j < to; k++) {
+    if (p->part[p->sources[k]] % parts != my) continue;
+    if (j++ >= from) ready(c, me, p->sources[k], next, have_next);
   }
 }
 

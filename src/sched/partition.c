@@ -135,30 +135,39 @@ graft_status graft__plan_partition(graft__plan *p, int n_parts) {
     load[best] += cl[idx[k]].work;
   }
 
-  /* The rest, in topological order: follow the input bytes within the cap.
-   * A cluster's predecessors all come earlier (ids are topological), so
-   * their parts are known. */
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t c = cid[find(parent, i)];
-    if (cpart[c] != UINT16_MAX) {
-      p->part[i] = cpart[c];
-      continue;
-    }
+  /* The rest, in topological order of their first node: follow the input
+   * bytes within the cap.  Predecessors come earlier (ids are topological),
+   * so their parts are known; members are listed per cluster so every edge
+   * is looked at once. */
+  uint32_t *moff = graft__calloc((size_t)n_cl + 1, sizeof *moff);
+  uint32_t *mem = graft__malloc((n ? n : 1) * sizeof *mem);
+  if (!moff || !mem) {
+    graft__free(moff);
+    graft__free(mem);
+    goto out;
+  }
+  for (uint32_t i = 0; i < n; i++) moff[cid[find(parent, i)] + 1]++;
+  for (uint32_t c = 0; c < n_cl; c++) moff[c + 1] += moff[c];
+  for (uint32_t i = 0, *fill = idx; i < n_cl; i++) fill[i] = moff[i]; /* idx reused as cursor */
+  for (uint32_t i = 0; i < n; i++) mem[idx[cid[find(parent, i)]]++] = i;
+  for (uint32_t c = 0; c < n_cl; c++) {
+    if (cpart[c] != UINT16_MAX) continue;
     memset(affinity, 0, (size_t)n_parts * sizeof *affinity);
-    /* Walk the cluster's external predecessors through the CSR of every
-     * earlier node (cheap enough: clusters are assigned once). */
-    for (uint32_t u = 0; u < i; u++)
-      for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++)
-        if (cid[find(parent, p->succ[e])] == c && cid[find(parent, u)] != c)
-          affinity[p->part[u]] += value_bytes(p, u) + 1;
+    for (uint32_t k = moff[c]; k < moff[c + 1]; k++)
+      for (uint32_t e = p->pred_off[mem[k]]; e < p->pred_off[mem[k] + 1]; e++) {
+        uint32_t u = p->pred[e];
+        if (cid[find(parent, u)] != c) affinity[cpart[cid[find(parent, u)]]] += value_bytes(p, u) + 1;
+      }
     int best = 0;
     for (int k = 1; k < n_parts; k++)
       if (affinity[k] > affinity[best]) best = k;
     if ((double)(load[best] + cl[c].work) > cap) best = least_loaded(load, n_parts);
     cpart[c] = (uint16_t)best;
     load[best] += cl[c].work;
-    p->part[i] = (uint16_t)best;
   }
+  for (uint32_t i = 0; i < n; i++) p->part[i] = cpart[cid[find(parent, i)]];
+  graft__free(moff);
+  graft__free(mem);
 
   /* Sources (no compute predecessor), grouped by part. */
   p->n_sources = 0;

@@ -14,6 +14,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->views);
   graft__free(p->in_ptrs);
   graft__free(p->kargs);
+  graft__free(p->kfn);
   graft__free(p->binding);
   graft__free(p->offset);
   graft__free(p->arena);
@@ -116,7 +117,8 @@ static graft_status layout(graft__plan *p) {
     if (graft__ops[n->op].flags & GRAFT__OPF_FALLIBLE) p->fallible = 1;
   }
   p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
-  if (!p->in_ptrs) return GRAFT_ENOMEM;
+  p->kfn = graft__malloc((size_t)(p->n_order ? p->n_order : 1) * sizeof *p->kfn);
+  if (!p->in_ptrs || !p->kfn) return GRAFT_ENOMEM;
   int64_t k = 0;
   for (uint32_t i = 0; i < p->n_order; i++) {
     uint32_t id = p->order[i];
@@ -127,6 +129,7 @@ static graft_status layout(graft__plan *p) {
     ka->in = &p->in_ptrs[k];
     for (int j = 0; j < n->n_in; j++) p->in_ptrs[k++] = &p->views[n->in[j]];
     ka->out = &p->views[id];
+    p->kfn[i] = graft__kernels[n->op].run;
   }
   return GRAFT_OK;
 }

@@ -43,9 +43,11 @@ int graft__runtime_parts(const graft_runtime *rt) {
   return rt->n_domains < rt->num_threads ? rt->n_domains : rt->num_threads;
 }
 
+/* Worker 0 is the calling thread: its binding belongs to the caller (and
+ * to OMP_PROC_BIND), so only the team's other threads are bound. */
 void graft__topology_bind_worker(const graft_runtime *rt, int w, int n) {
   (void)n;
-  if (resolved_bind(rt)) graft__topology_bind(rt->topo, w);
+  if (w > 0 && resolved_bind(rt)) graft__topology_bind(rt->topo, w);
 }
 
 GRAFT_API int graft_runtime_num_threads(const graft_runtime *rt) { return rt ? rt->num_threads : 0; }

@@ -33,6 +33,8 @@ typedef struct graft__plan {
   graft__tview *views;      /* per graph node, concrete */
   const graft__tview **in_ptrs; /* kargs input lists, flattened */
   graft__kargs *kargs;      /* per graph node (valid for compute nodes) */
+  graft__kernel_fn *kfn;    /* per order position: the node's kernel, so the
+                               hot path never touches the graph node */
   int64_t *binding;         /* per symbol */
   size_t *offset;           /* per graph node: arena offset, SIZE_MAX if none */
   unsigned char *arena;
