@@ -12,5 +12,6 @@
 #include "graft/ops.h"
 #include "graft/function.h"
 #include "graft/module.h"
+#include "graft/grad.h"
 
 #endif /* GRAFT_H */

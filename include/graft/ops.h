@@ -116,9 +116,13 @@ GRAFT_API graft_value *graft_broadcast_to(graft_trace *t, graft_value *x, int ra
 GRAFT_API graft_value *graft_sum_to_shape(graft_trace *t, graft_value *x, int rank,
                                           const int64_t *shape);
 /* x[begin[i] : begin[i] + size[i]] on every dim; size[i] = -1 means "to the
- * end". */
+ * end"; a size may be a symbol of this trace. */
 GRAFT_API graft_value *graft_slice(graft_trace *t, graft_value *x,
                                    const int64_t *begin, const int64_t *size);
+/* Zero padding, the inverse of slice: a value of the given shape (dims may
+ * be symbols) holding x at offset begin and 0 elsewhere; x must fit. */
+GRAFT_API graft_value *graft_pad(graft_trace *t, graft_value *x, const int64_t *begin, int rank,
+                                 const int64_t *shape);
 /* Join n >= 1 values of one dtype and rank along axis (negative: from the
  * end); other dims must match. */
 GRAFT_API graft_value *graft_concat(graft_trace *t, int n, graft_value *const *xs,

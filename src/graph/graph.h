@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "common/common.h"
+#include "graft/grad.h"
 #include "graft/module.h"
 #include "graft/ops.h"
 #include "graft/trace.h"
@@ -37,7 +38,8 @@ typedef union graft__attr {
   struct { unsigned mask; int keepdims; } reduce;     /* REDUCE_*, LOGSUMEXP: bit i = axis i */
   struct { int perm[GRAFT_MAX_RANK]; } transpose;     /* out dim i = in dim perm[i] */
   struct { int rank; int64_t dims[GRAFT_MAX_RANK]; } target; /* RESHAPE (-1 = infer), BROADCAST_TO, SUM_TO_SHAPE, FILL */
-  struct { int64_t begin[GRAFT_MAX_RANK], size[GRAFT_MAX_RANK]; } slice; /* size -1 = to the end */
+  struct { int64_t begin[GRAFT_MAX_RANK], size[GRAFT_MAX_RANK]; } slice; /* SLICE: size -1 = to the end
+                                                         (sizes may be symbols); PAD: size = the target shape */
   struct { int axis; } axis;                          /* CONCAT, SOFTMAX, LOG_SOFTMAX (normalized >= 0) */
   struct { int64_t depth; } one_hot;
   struct { unsigned flags; } matmul;                  /* GRAFT_TRANS_A | GRAFT_TRANS_B */
@@ -45,6 +47,7 @@ typedef union graft__attr {
   struct { const void *data; } constant;              /* graph-owned copy */
   struct { graft_variable *var; } var;                /* VAR_READ, ASSIGN */
   struct { int index; } input;                        /* INPUT: position in the signature */
+  struct { const struct graft__custom *rec; } custom; /* CUSTOM: the user's VJP rule */
 } graft__attr;
 
 typedef struct graft__node {
@@ -59,6 +62,13 @@ typedef struct graft__node {
   double fill;                 /* FILL value (also rank-0 scalars) */
   graft__attr attr;
 } graft__node;
+
+/* A custom-gradient region (graph arena): inputs of the CUSTOM node are
+ * [y, xs...]; its value is y. */
+typedef struct graft__custom {
+  graft_vjp_fn vjp;
+  void *user;
+} graft__custom;
 
 /* What a symbol stands for. */
 typedef struct graft__sym {

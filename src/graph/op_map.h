@@ -91,11 +91,14 @@ enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
   X(SUM_TO_SHAPE, "sum_to_shape", 1, sum_to_shape, GRAFT__OPF_INT, 1, UNITS)                \
   X(SLICE, "slice", 1, slice, GRAFT__OPF_INT, 1, UNITS)                                     \
   X(CONCAT, "concat", -1, concat, GRAFT__OPF_INT, 1, UNITS)                                 \
+  X(PAD, "pad", 1, pad, GRAFT__OPF_INT, 1, UNITS)                                           \
   X(ONE_HOT, "one_hot", 1, one_hot, GRAFT__OPF_INT | GRAFT__OPF_FLOAT, 1, UNITS)            \
   /* neural-network ops */                                                        \
   X(SOFTMAX, "softmax", 1, softmax, 0, 10, UNITS)                                            \
   X(LOG_SOFTMAX, "log_softmax", 1, softmax, 0, 10, UNITS)                                    \
   X(SOFTMAX_XENT, "softmax_cross_entropy", 2, xent, GRAFT__OPF_FALLIBLE, 10, ONE)          \
+  /* gradient plumbing */                                                           \
+  X(CUSTOM, "custom_gradient", -1, custom, GRAFT__OPF_INT, 1, UNITS)                        \
   /* side effects */                                                              \
   X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_INT, 1, UNITS)
 

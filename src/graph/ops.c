@@ -347,6 +347,47 @@ GRAFT_API graft_value *graft_slice(graft_trace *t, graft_value *x, const int64_t
   return emit(t, &sp, 1, &x);
 }
 
+GRAFT_API graft_value *graft_pad(graft_trace *t, graft_value *x, const int64_t *begin, int rank,
+                                 const int64_t *shape) {
+  if (!t) return NULL;
+  graft_value *early = check_inputs(t, GRAFT__OP_PAD, 1, &x);
+  if (early) return early;
+  int xr = ((const graft__node *)x)->rank;
+  if (rank != xr) return fail_op(t, GRAFT__OP_PAD, GRAFT_ESHAPE, "target rank differs from the input's");
+  if (xr && !begin) return fail_op(t, GRAFT__OP_PAD, GRAFT_EINVAL, "begin is NULL");
+  const char *why = bad_shape(t, rank, shape, 0);
+  if (why) return fail_op(t, GRAFT__OP_PAD, GRAFT_EINVAL, why);
+  spec sp = {.op = GRAFT__OP_PAD};
+  for (int i = 0; i < xr; i++) {
+    sp.attr.slice.begin[i] = begin[i];
+    sp.attr.slice.size[i] = shape[i];
+  }
+  return emit(t, &sp, 1, &x);
+}
+
+GRAFT_API graft_value *graft_custom_gradient(graft_trace *t, int n_x, graft_value *const *xs,
+                                             graft_value *y, graft_vjp_fn vjp, void *user) {
+  if (!t) return NULL;
+  if (t->status) return &t->poison;
+  if (n_x < 0 || (n_x && !xs) || !vjp)
+    return fail_op(t, GRAFT__OP_CUSTOM, GRAFT_EINVAL, "needs n_x >= 0 values and a vjp function");
+  graft__custom *rec = graft__arena_alloc(&t->g->arena, sizeof *rec);
+  graft_value **in = graft__malloc((size_t)(n_x + 1) * sizeof *in);
+  if (!rec || !in) {
+    graft__free(in);
+    return fail_op(t, GRAFT__OP_CUSTOM, GRAFT_ENOMEM, "out of memory");
+  }
+  rec->vjp = vjp;
+  rec->user = user;
+  in[0] = y;
+  for (int i = 0; i < n_x; i++) in[i + 1] = xs[i];
+  spec sp = {.op = GRAFT__OP_CUSTOM};
+  sp.attr.custom.rec = rec;
+  graft_value *r = emit(t, &sp, n_x + 1, in);
+  graft__free(in);
+  return r;
+}
+
 GRAFT_API graft_value *graft_concat(graft_trace *t, int n, graft_value *const *xs, int axis) {
   if (!t) return NULL;
   if (t->status) return &t->poison;

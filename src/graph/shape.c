@@ -285,7 +285,11 @@ graft_status graft__shape_slice(graft__shape_ctx *c, const graft__node *n,
                                 const graft__shape *in, graft__shape *out) {
   graft__shape o = in[0];
   for (int i = 0; i < in[0].rank; i++) {
-    int64_t b = n->attr.slice.begin[i], s = n->attr.slice.size[i], d = in[0].dims[i];
+    int64_t b = n->attr.slice.begin[i], s = res(c, n->attr.slice.size[i]), d = in[0].dims[i];
+    if (GRAFT_DIM_IS_SYM(s)) { /* a symbolic size (gradients slice like a value): checked at compile */
+      o.dims[i] = s;
+      continue;
+    }
     if (b < 0 || s < -1)
       return fail(c, GRAFT_EINVAL, "dim %d: begin %lld / size %lld must be >= 0 (size -1: to the end)",
                   i, (long long)b, (long long)s);
@@ -301,6 +305,30 @@ graft_status graft__shape_slice(graft__shape_ctx *c, const graft__node *n,
     o.dims[i] = s >= 0 ? s : d - b;
   }
   *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_pad(graft__shape_ctx *c, const graft__node *n,
+                              const graft__shape *in, graft__shape *out) {
+  graft__shape o = in[0];
+  for (int i = 0; i < in[0].rank; i++) {
+    int64_t b = n->attr.slice.begin[i], t = res(c, n->attr.slice.size[i]), d = in[0].dims[i];
+    if (b < 0) return fail(c, GRAFT_EINVAL, "dim %d: begin %lld must be >= 0", i, (long long)b);
+    if (t >= 0 && d >= 0 && b + d > t) {
+      shape_buf x;
+      return fail(c, GRAFT_ESHAPE, "dim %d: %s placed at %lld does not fit in %lld", i,
+                  shp(x, &in[0]), (long long)b, (long long)t);
+    }
+    o.dims[i] = t;
+  }
+  *out = o;
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_custom(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  (void)c, (void)n;
+  *out = in[0];
   return GRAFT_OK;
 }
 

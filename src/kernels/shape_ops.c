@@ -318,3 +318,57 @@ graft_status graft__k_ONE_HOT(const graft__kargs *k, int64_t begin, int64_t end)
     one_hot_f64(in->data, out->data, depth, begin, end);
   return GRAFT_OK;
 }
+
+/* ---- pad: out[c] = x[c - begin] inside the placed box, 0 elsewhere ----- */
+
+graft_status graft__k_PAD(const graft__kargs *k, int64_t begin, int64_t end) {
+  const graft__tview *x = k->in[0], *o = k->out;
+  if (x->dtype != o->dtype || x->rank != o->rank)
+    return graft__kernel_internal(k, "pad: input and output views disagree");
+  size_t es = graft_dtype_size(o->dtype);
+  int r = o->rank;
+  int64_t idx[GRAFT_MAX_RANK], xs[GRAFT_MAX_RANK];
+  int64_t s = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    xs[d] = s;
+    s *= x->shape[d];
+  }
+  int64_t rem = begin;
+  for (int d = r - 1; d >= 0; d--) {
+    idx[d] = o->shape[d] ? rem % o->shape[d] : 0;
+    rem = o->shape[d] ? rem / o->shape[d] : 0;
+  }
+  const char *src = x->data;
+  char *dst = o->data;
+  for (int64_t e = begin; e < end; e++) {
+    int64_t off = 0;
+    int inside = 1;
+    for (int d = 0; d < r && inside; d++) {
+      int64_t c = idx[d] - k->node->attr.slice.begin[d];
+      inside = c >= 0 && c < x->shape[d];
+      off += c * xs[d];
+    }
+    if (inside)
+      memcpy(dst + (size_t)e * es, src + (size_t)off * es, es);
+    else
+      memset(dst + (size_t)e * es, 0, es);
+    for (int d = r - 1; d >= 0; d--) {
+      if (++idx[d] < o->shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return GRAFT_OK;
+}
+
+/* ---- custom_gradient: the value is its first input ---------------------- */
+
+graft_status graft__k_CUSTOM(const graft__kargs *k, int64_t begin, int64_t end) {
+  const graft__tview *x = k->in[0], *o = k->out;
+  if (x->dtype != o->dtype || x->numel != o->numel)
+    return graft__kernel_internal(k, "custom_gradient: input and output views disagree");
+  size_t es = graft_dtype_size(o->dtype);
+  if (end > begin)
+    memcpy((char *)o->data + (size_t)begin * es, (const char *)x->data + (size_t)begin * es,
+           (size_t)(end - begin) * es);
+  return GRAFT_OK;
+}
