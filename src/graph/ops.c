@@ -341,6 +341,13 @@ GRAFT_API graft_value *graft_slice(graft_trace *t, graft_value *x, const int64_t
   if (rank && (!begin || !size)) return fail_op(t, GRAFT__OP_SLICE, GRAFT_EINVAL, "begin or size is NULL");
   spec sp = {.op = GRAFT__OP_SLICE};
   for (int i = 0; i < rank; i++) {
+    int64_t z = size[i];
+    if (z < -1 && !(GRAFT_DIM_IS_SYM(z) && -2 - z < t->g->n_syms)) {
+      char why[128];
+      snprintf(why, sizeof why, "dim %d: size %lld must be >= 0, -1 (to the end) or a symbol of this trace",
+               i, (long long)z);
+      return fail_op(t, GRAFT__OP_SLICE, GRAFT_EINVAL, why);
+    }
     sp.attr.slice.begin[i] = begin[i];
     sp.attr.slice.size[i] = size[i];
   }
