@@ -138,6 +138,14 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
     const TI *xs_ = (const TI *)k->in[0]->data;                            \
     TO *ys_ = (TO *)k->out->data;                                          \
+    if (k->in[0]->numel == k->out->numel) {                                \
+      /* same shape (equal counts imply it under broadcasting): no plan */  \
+      for (int64_t i_ = begin; i_ < end; i_++) {                           \
+        TI x = xs_[i_];                                                    \
+        ys_[i_] = (EXPR);                                                  \
+      }                                                                    \
+      return;                                                              \
+    }                                                                      \
     bplan p_;                                                              \
     biter it_;                                                             \
     plan_init(&p_, k, 1);                                                  \
@@ -168,6 +176,13 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
     const T *as_ = (const T *)k->in[0]->data;                              \
     const T *bs_ = (const T *)k->in[1]->data;                              \
     T *ys_ = (T *)k->out->data;                                            \
+    if (k->in[0]->numel == k->out->numel && k->in[1]->numel == k->out->numel) { \
+      for (int64_t i_ = begin; i_ < end; i_++) {                           \
+        T a = as_[i_], b = bs_[i_];                                        \
+        ys_[i_] = (EXPR);                                                  \
+      }                                                                    \
+      return;                                                              \
+    }                                                                      \
     bplan p_;                                                              \
     biter it_;                                                             \
     plan_init(&p_, k, 2);                                                  \

@@ -381,12 +381,15 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
       return failf(f, GRAFT_EMISUSE, "%s: variable '%s' was destroyed after this function traced it",
                    f->name, g->vars[i]->name);
   }
-  for (uint32_t id = 0; id < g->n_nodes; id++) {
-    const graft__node *n = graft__graph_node(g, id);
-    if (p->live[id] && n->op == GRAFT__OP_VAR_READ)
-      p->views[id].data = graft_tensor_data(n->attr.var.var->value);
-    else if (p->offset[id] != SIZE_MAX)
-      p->views[id].data = p->arena + p->offset[id];
+  for (uint32_t k = 0; k < p->n_var_reads; k++) {
+    uint32_t id = p->var_reads[k];
+    p->views[id].data = graft_tensor_data(graft__graph_node(g, id)->attr.var.var->value);
+  }
+  /* Arena views keep their pointers between calls; only outputs that went
+   * straight to the caller last time are pointed back at the arena. */
+  for (int i = 0; i < f->n_outputs; i++) {
+    uint32_t id = g->outputs[i];
+    if (p->offset[id] != SIZE_MAX) p->views[id].data = p->arena + p->offset[id];
   }
   /* Outputs go straight into the caller's tensors only when nothing can
    * fail once kernels run: shapes are checked at compile, executors never
@@ -422,10 +425,9 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
     const graft__tview *v = &p->views[g->outputs[i]];
     if (!direct[i] && view_bytes(v)) memcpy(graft_tensor_data(dst[i]), v->data, view_bytes(v));
   }
-  for (uint32_t i = 0; i < p->n_order; i++) {
-    const graft__node *n = graft__graph_node(g, p->order[i]);
-    if (n->op != GRAFT__OP_ASSIGN) continue;
-    const graft__tview *v = &p->views[p->order[i]];
+  for (uint32_t k = 0; k < p->n_assigns; k++) {
+    const graft__node *n = graft__graph_node(g, p->assigns[k]);
+    const graft__tview *v = &p->views[p->assigns[k]];
     if (view_bytes(v)) memcpy(graft_tensor_data(n->attr.var.var->value), v->data, view_bytes(v));
   }
 }

@@ -15,6 +15,8 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->in_ptrs);
   graft__free(p->kargs);
   graft__free(p->kfn);
+  graft__free(p->var_reads);
+  graft__free(p->assigns);
   graft__free(p->binding);
   graft__free(p->offset);
   graft__free(p->arena);
@@ -118,7 +120,15 @@ static graft_status layout(graft__plan *p) {
   }
   p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
   p->kfn = graft__malloc((size_t)(p->n_order ? p->n_order : 1) * sizeof *p->kfn);
-  if (!p->in_ptrs || !p->kfn) return GRAFT_ENOMEM;
+  p->var_reads = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->var_reads);
+  p->assigns = graft__malloc((size_t)(p->n_order ? p->n_order : 1) * sizeof *p->assigns);
+  if (!p->in_ptrs || !p->kfn || !p->var_reads || !p->assigns) return GRAFT_ENOMEM;
+  /* Calls bind and commit these without walking the graph. */
+  for (uint32_t id = 0; id < g->n_nodes; id++) {
+    const graft__node *n = graft__graph_node(g, id);
+    if (p->live[id] && n->op == GRAFT__OP_VAR_READ) p->var_reads[p->n_var_reads++] = id;
+    if (p->live[id] && n->op == GRAFT__OP_ASSIGN) p->assigns[p->n_assigns++] = id;
+  }
   int64_t k = 0;
   for (uint32_t i = 0; i < p->n_order; i++) {
     uint32_t id = p->order[i];

@@ -40,6 +40,10 @@ typedef struct graft__plan {
   unsigned char *arena;
   size_t arena_bytes;
   int fallible;             /* holds a node that may fail on data */
+  uint32_t *var_reads;      /* live VAR_READ node ids: bound each call */
+  uint32_t n_var_reads;
+  uint32_t *assigns;        /* ASSIGN node ids in compile order: committed */
+  uint32_t n_assigns;
   graft_plan_stats stats;
 
   /* Scheduling view, indexed by position i in order[] (compute nodes):

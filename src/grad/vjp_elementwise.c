@@ -1,0 +1,211 @@
+/* VJP rules of the elementwise ops.
+ *
+ * Every rule is built from public graft ops that have rules of their own,
+ * so gradients of gradients work.  Where the forward output y gives the
+ * derivative more cheaply than x does, the rule reads y.  Binary ops
+ * broadcast, so each input's share is summed back to its shape.
+ *
+ * Kinks and ties pick one side, never NaN: relu'(0) = 0, abs'(0) = 0,
+ * maximum/minimum send a tie to b.  Poles keep their math (sqrt'(0) = inf,
+ * log'(0) = inf); pow's exponent gradient is 0 where the base is <= 0
+ * rather than NaN. */
+#include "grad/grad.h"
+
+#define UNUSED_(x) (void)(x)
+
+static graft_value *scalar(graft_trace *t, graft_value *like, double v) {
+  return graft__grad_scalar(t, like, v);
+}
+
+/* gx[0] = g * d, d the local derivative. */
+static void chain(graft_trace *t, graft_value *g, graft_value *d, graft_value **gx) {
+  gx[0] = graft_mul(t, g, d);
+}
+
+/* Each binary input's share, reduced to its own shape. */
+static void set2(graft_trace *t, graft_value *const *in, graft_value *ga, graft_value *gb,
+                 graft_value **gx) {
+  gx[0] = graft__grad_unbroadcast(t, ga, in[0]);
+  gx[1] = graft__grad_unbroadcast(t, gb, in[1]);
+}
+
+/* g where c holds, else 0; c is broadcastable to g's shape, so the result
+ * has g's shape.  A scalar zero suffices: where broadcasts. */
+static graft_value *mask(graft_trace *t, graft_value *c, graft_value *g) {
+  return graft_where(t, c, g, scalar(t, g, 0));
+}
+static graft_value *mask_not(graft_trace *t, graft_value *c, graft_value *g) {
+  return graft_where(t, c, scalar(t, g, 0), g);
+}
+
+/* Rules with no gradient: the output is piecewise constant in its inputs
+ * (sign, comparisons) or gradients are blocked on purpose. */
+#define NO_GRAD_(e)                                                                     \
+  void graft__vjp_##e(graft_trace *t, const graft__node *n, graft_value *const *in,  \
+                      graft_value *y, graft_value *g, graft_value **gx) {             \
+    UNUSED_(t), UNUSED_(n), UNUSED_(in), UNUSED_(y), UNUSED_(g), UNUSED_(gx);          \
+  }
+NO_GRAD_(SIGN)
+NO_GRAD_(STOP_GRADIENT)
+NO_GRAD_(GREATER)
+NO_GRAD_(LESS)
+NO_GRAD_(EQUAL)
+#undef NO_GRAD_
+
+/* Every remaining rule has this signature. */
+#define RULE_(e)                                                                     \
+  void graft__vjp_##e(graft_trace *t, const graft__node *n, graft_value *const *in, \
+                      graft_value *y, graft_value *g, graft_value **gx)
+
+/* ---- unary ------------------------------------------------------------- */
+
+RULE_(NEG) {
+  UNUSED_(n), UNUSED_(in), UNUSED_(y);
+  gx[0] = graft_neg(t, g);
+}
+
+RULE_(SQUARE) {
+  UNUSED_(n), UNUSED_(y);
+  chain(t, g, graft_mul(t, in[0], scalar(t, g, 2)), gx);
+}
+
+/* 1 / (2 sqrt x): inf at x = 0, as the math says. */
+RULE_(SQRT) {
+  UNUSED_(n), UNUSED_(in);
+  gx[0] = graft_div(t, g, graft_mul(t, y, scalar(t, g, 2)));
+}
+
+RULE_(EXP) {
+  UNUSED_(n), UNUSED_(in);
+  chain(t, g, y, gx);
+}
+
+RULE_(LOG) {
+  UNUSED_(n), UNUSED_(y);
+  gx[0] = graft_div(t, g, in[0]);
+}
+
+RULE_(LOG1P) {
+  UNUSED_(n), UNUSED_(y);
+  gx[0] = graft_div(t, g, graft_add(t, in[0], scalar(t, g, 1)));
+}
+
+RULE_(TANH) {
+  UNUSED_(n), UNUSED_(in);
+  chain(t, g, graft_sub(t, scalar(t, g, 1), graft_square(t, y)), gx);
+}
+
+RULE_(SIGMOID) {
+  UNUSED_(n), UNUSED_(in);
+  chain(t, g, graft_mul(t, y, graft_sub(t, scalar(t, g, 1), y)), gx);
+}
+
+/* Subgradient 0 at the kink. */
+RULE_(RELU) {
+  UNUSED_(n), UNUSED_(y);
+  gx[0] = mask(t, graft_greater(t, in[0], scalar(t, g, 0)), g);
+}
+
+/* sign(0) = 0: subgradient 0 at the kink. */
+RULE_(ABS) {
+  UNUSED_(n), UNUSED_(y);
+  chain(t, g, graft_sign(t, in[0]), gx);
+}
+
+RULE_(SIN) {
+  UNUSED_(n), UNUSED_(y);
+  chain(t, g, graft_cos(t, in[0]), gx);
+}
+
+RULE_(COS) {
+  UNUSED_(n), UNUSED_(y);
+  gx[0] = graft_neg(t, graft_mul(t, g, graft_sin(t, in[0])));
+}
+
+/* sec^2 x = 1 + tan^2 x, from y. */
+RULE_(TAN) {
+  UNUSED_(n), UNUSED_(in);
+  chain(t, g, graft_add(t, scalar(t, g, 1), graft_square(t, y)), gx);
+}
+
+RULE_(LGAMMA) {
+  UNUSED_(n), UNUSED_(y);
+  chain(t, g, graft_digamma(t, in[0]), gx);
+}
+
+RULE_(DIGAMMA) {
+  UNUSED_(n), UNUSED_(y);
+  chain(t, g, graft_polygamma(t, 1, in[0]), gx);
+}
+
+/* Order 170 has no representable next order: graft_polygamma fails the
+ * trace for n + 1 = 171. */
+RULE_(POLYGAMMA) {
+  UNUSED_(y);
+  chain(t, g, graft_polygamma(t, n->attr.polygamma.n + 1, in[0]), gx);
+}
+
+/* Only float -> float carries a gradient; integers are not differentiable. */
+RULE_(CAST) {
+  UNUSED_(n), UNUSED_(y);
+  graft_dtype from = graft_value_dtype(in[0]);
+  if (from == GRAFT_F32 || from == GRAFT_F64) gx[0] = graft_cast(t, g, from);
+}
+
+/* ---- binary ------------------------------------------------------------ */
+
+RULE_(ADD) {
+  UNUSED_(n), UNUSED_(y);
+  set2(t, in, g, g, gx);
+}
+
+RULE_(SUB) {
+  UNUSED_(n), UNUSED_(y);
+  set2(t, in, g, graft_neg(t, g), gx);
+}
+
+RULE_(MUL) {
+  UNUSED_(n), UNUSED_(y);
+  set2(t, in, graft_mul(t, g, in[1]), graft_mul(t, g, in[0]), gx);
+}
+
+/* d(a/b)/db = -a/b^2 = -(1/b) y, so db = -da y. */
+RULE_(DIV) {
+  UNUSED_(n);
+  graft_value *ga = graft_div(t, g, in[1]);
+  set2(t, in, ga, graft_neg(t, graft_mul(t, ga, y)), gx);
+}
+
+/* da = g b a^(b-1) (a^(b-1), not y / a, which is NaN at a = 0).
+ * db = g log(a) y, taken as 0 where a <= 0: at a = 0 the limit of y log a
+ * is 0 for b > 0, and a < 0 has no real derivative in b.  The inner where
+ * keeps log's argument positive so the masked branch's own gradient (in
+ * higher derivatives) stays finite too. */
+RULE_(POW) {
+  UNUSED_(n);
+  graft_value *a = in[0], *b = in[1];
+  graft_value *one = scalar(t, g, 1), *pos = graft_greater(t, a, scalar(t, g, 0));
+  graft_value *ga = graft_mul(t, graft_mul(t, g, b), graft_pow(t, a, graft_sub(t, b, one)));
+  graft_value *loga = mask(t, pos, graft_log(t, graft_where(t, pos, a, one)));
+  set2(t, in, ga, graft_mul(t, graft_mul(t, g, loga), y), gx);
+}
+
+/* Ties (a == b) send the whole gradient to b; so do NaNs. */
+RULE_(MAXIMUM) {
+  UNUSED_(n), UNUSED_(y);
+  graft_value *c = graft_greater(t, in[0], in[1]);
+  set2(t, in, mask(t, c, g), mask_not(t, c, g), gx);
+}
+
+RULE_(MINIMUM) {
+  UNUSED_(n), UNUSED_(y);
+  graft_value *c = graft_less(t, in[0], in[1]);
+  set2(t, in, mask(t, c, g), mask_not(t, c, g), gx);
+}
+
+/* The condition gets nothing. */
+RULE_(WHERE) {
+  UNUSED_(n), UNUSED_(y);
+  gx[1] = graft__grad_unbroadcast(t, mask(t, in[0], g), in[1]);
+  gx[2] = graft__grad_unbroadcast(t, mask_not(t, in[0], g), in[2]);
+}
