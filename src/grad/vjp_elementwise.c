@@ -8,7 +8,7 @@
  * Kinks and ties pick one side, never NaN: relu'(0) = 0, abs'(0) = 0,
  * maximum/minimum send a tie to b.  Poles keep their math (sqrt'(0) = inf,
  * log'(0) = inf); pow's exponent gradient is 0 where the base is <= 0
- * rather than NaN. */
+ * and its base gradient 0 where the exponent is 0, rather than NaN. */
 #include "grad/grad.h"
 
 #define UNUSED_(x) (void)(x)
@@ -176,18 +176,21 @@ RULE_(DIV) {
   set2(t, in, ga, graft_neg(t, graft_mul(t, ga, y)), gx);
 }
 
-/* da = g b a^(b-1) (a^(b-1), not y / a, which is NaN at a = 0).
- * db = g log(a) y, taken as 0 where a <= 0: at a = 0 the limit of y log a
- * is 0 for b > 0, and a < 0 has no real derivative in b.  The inner where
- * keeps log's argument positive so the masked branch's own gradient (in
- * higher derivatives) stays finite too. */
+/* da = g b a^(b-1), taken as 0 where b = 0 (a^0 is constant; the formula
+ * is 0 * inf at a = 0).  db = g log(a) y, taken as 0 where a <= 0: at a = 0
+ * the limit of y log a is 0 for b > 0, and a < 0 has no real derivative in
+ * b.  Each masked branch also gets a safe argument (b - 1 -> 0, a -> 1) so
+ * that its own gradient, which higher derivatives multiply by 0, is finite
+ * rather than inf (0 * inf = NaN). */
 RULE_(POW) {
   UNUSED_(n);
   graft_value *a = in[0], *b = in[1];
-  graft_value *one = scalar(t, g, 1), *pos = graft_greater(t, a, scalar(t, g, 0));
-  graft_value *ga = graft_mul(t, graft_mul(t, g, b), graft_pow(t, a, graft_sub(t, b, one)));
+  graft_value *zero = scalar(t, g, 0), *one = scalar(t, g, 1);
+  graft_value *b0 = graft_equal(t, b, zero), *pos = graft_greater(t, a, zero);
+  graft_value *bm1 = graft_where(t, b0, zero, graft_sub(t, b, one));
+  graft_value *da = mask_not(t, b0, graft_mul(t, b, graft_pow(t, a, bm1)));
   graft_value *loga = mask(t, pos, graft_log(t, graft_where(t, pos, a, one)));
-  set2(t, in, ga, graft_mul(t, graft_mul(t, g, loga), y), gx);
+  set2(t, in, graft_mul(t, g, da), graft_mul(t, graft_mul(t, g, loga), y), gx);
 }
 
 /* Ties (a == b) send the whole gradient to b; so do NaNs. */

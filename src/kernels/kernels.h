@@ -2,11 +2,13 @@
  *
  * A kernel computes the output of one node from concrete input views.  Work
  * is split in "units" (graft__kernel_units): output elements for elementwise
- * ops, shape ops and reductions; output rows (all batches) for matmul; rows
- * for softmax / log_softmax; one unit for softmax_cross_entropy.  A kernel
- * call computes exactly the units [begin, end) and must give bitwise the same
- * result however the units are split across calls.  The sequential executor
- * calls [0, units).
+ * ops, shape ops and reductions; output columns over all batches (batches *
+ * N = numel / M) for matmul; rows for softmax / log_softmax; one unit for
+ * softmax_cross_entropy.  A kernel call computes exactly the units
+ * [begin, end).  Different splits of the units need not give bitwise the
+ * same result (matmul's BLAS calls do not): every executor runs a node as
+ * the same fixed list of tiles (sched/tiles.c), so results are identical
+ * across executors and thread counts.
  *
  * Each op has one reference kernel per dtype (dispatched inside the kernel
  * function); matmul f32/f64 calls single-threaded CBLAS.

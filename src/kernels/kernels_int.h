@@ -8,20 +8,19 @@
 
 #include "kernels/kernels.h"
 
-/* Plain triple-loop matmul with the same arguments, units and broadcasting
- * as graft__k_MATMUL; accumulates in double.  Tests use it as the oracle for
- * the BLAS path. */
+/* Plain triple-loop matmul with the same arguments, units (output columns
+ * over all batches) and broadcasting as graft__k_MATMUL; accumulates in
+ * double.  Tests use it as the oracle for the BLAS path. */
 graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end);
 
-/* Rows of one batch per gemm call of graft__k_MATMUL (see matmul.c): a
- * split of its units at block boundaries gives bitwise the same result as a
- * single call; a split inside a block may not. */
-#define GRAFT__MM_ROW_BLOCK 64
-
-/* The largest block boundary <= unit for k's matmul (a batch start or a
- * multiple of GRAFT__MM_ROW_BLOCK rows into a batch): where a tiler may cut
- * matmul units without changing any bit of the result. */
-int64_t graft__matmul_align(const graft__kargs *k, int64_t unit);
+/* GEMM tiling (sched/tiles.c) of graft__k_MATMUL's column units: every gemm
+ * call repacks the whole op(a) (M x K), so a tile gets at least
+ * GRAFT__MM_MIN_COLS columns (M * K * GRAFT__MM_MIN_COLS multiply-adds per
+ * M * K elements packed), and tile widths are multiples of
+ * GRAFT__MM_COL_ALIGN columns so that only a batch's last tile has a
+ * ragged edge. */
+#define GRAFT__MM_MIN_COLS 64
+#define GRAFT__MM_COL_ALIGN 16
 
 /* The OpenBLAS threading variant as openblas_get_parallel() reports it:
  * 0 sequential, 1 pthreads, 2 OpenMP; -1 when the BLAS is not OpenBLAS.

@@ -5,21 +5,24 @@
  * the last two dims under GRAFT_TRANS_A / GRAFT_TRANS_B and the leading
  * (batch) dims of a and b broadcast NumPy-style to those of out.
  *
- * Units are output rows over all batches (batch count * M).  Within a
- * batch, rows are cut into a fixed grid of GRAFT__MM_ROW_BLOCK-row blocks,
- * and a call for rows [begin, end) issues one gemm per grid block it
- * touches, clipped to its rows.  Row block [r0, r1) of op(a) starts r0 rows
- * down the stored a, or r0 columns in when a is stored transposed (same lda
- * either way).
+ * Units are output columns over all batches (batch count * N).  A call for
+ * units [begin, end) issues one gemm per batch it touches, over all M rows
+ * and the columns [j0, j1) of that batch inside the range: op(b)[:, j0:j1]
+ * starts j0 columns into the stored b, or j0 rows down when b is stored
+ * transposed (same ldb either way), and the result goes to out[:, j0:j1]
+ * with ldc = N.  No internal blocking: a single call over all units is one
+ * gemm per batch, exactly what a direct CBLAS call would do.
  *
- * Why the grid: an optimized BLAS sums a row differently depending on its
- * place in the call (OpenBLAS's Haswell kernels treat tail rows with other
- * micro-kernels), so the same row computed inside a different gemm can
- * differ in the last bits.  With the grid, any split at block boundaries
- * (graft__matmul_align) makes exactly the same gemm calls as one call over
- * all units, hence bitwise the same result; a split inside a block may
- * change that block's last bits.  Blocks of 64 rows cost 2-7% against one
- * big gemm (OpenBLAS repacks op(b) per call).
+ * Why columns: OpenBLAS packs the whole op(a) (M x K) once per call but
+ * op(b) only for the columns of the call, so a column split repeats only
+ * the packing of op(a), which is amortized over the call's columns (the
+ * tiler gives each tile at least GRAFT__MM_MIN_COLS of them).  A row split
+ * would repack all of op(b) per call instead.
+ *
+ * An optimized BLAS may sum an element differently depending on its place
+ * in the call, so different splits of the units may differ in the last
+ * bits.  That is fine: every executor runs a node as the same fixed list of
+ * tiles (sched/tiles.c), which depends only on shapes and the grain.
  */
 #include <cblas.h>
 #include <limits.h>
@@ -104,55 +107,42 @@ static void batch_offsets(const mm_geom *g, int64_t bi, int64_t *aoff, int64_t *
   }
 }
 
-/* Runs the trailing statements once per batch that rows [begin, end)
- * touch, with bi the batch, [r0, r1) its rows, and aoff / boff / coff the
- * element offsets of its matrices in a, b and out. */
-#define FOR_BATCH_ROWS(g, begin, end, ...)                                    \
+/* Runs the trailing statements once per batch that columns [begin, end)
+ * touch, with bi the batch, [j0, j1) its columns, and aoff / boff / coff
+ * the element offsets of its matrices in a, b and out. */
+#define FOR_BATCH_COLS(g, begin, end, ...)                                    \
   do {                                                                        \
-    for (int64_t bi = (begin) / (g)->M; bi * (g)->M < (end); bi++) {          \
-      int64_t r0 = GRAFT__MAX((begin), bi * (g)->M) - bi * (g)->M;            \
-      int64_t r1 = GRAFT__MIN((end), (bi + 1) * (g)->M) - bi * (g)->M;        \
+    for (int64_t bi = (begin) / (g)->N; bi * (g)->N < (end); bi++) {          \
+      int64_t j0 = GRAFT__MAX((begin), bi * (g)->N) - bi * (g)->N;            \
+      int64_t j1 = GRAFT__MIN((end), (bi + 1) * (g)->N) - bi * (g)->N;        \
       int64_t aoff, boff, coff = bi * (g)->M * (g)->N;                        \
       batch_offsets((g), bi, &aoff, &boff);                                   \
+      (void)aoff;                                                             \
+      (void)boff;                                                             \
       __VA_ARGS__                                                             \
     }                                                                         \
   } while (0)
 
-/* Runs the trailing statements once per grid block that rows [r0, r1) of a
- * batch touch, with [s0, s1) the part of the block inside them. */
-#define FOR_GRID_BLOCKS(r0, r1, ...)                                          \
-  for (int64_t g0 = (r0) - (r0) % GRAFT__MM_ROW_BLOCK; g0 < (r1);             \
-       g0 += GRAFT__MM_ROW_BLOCK) {                                           \
-    int64_t s0 = GRAFT__MAX(g0, (r0));                                        \
-    int64_t s1 = GRAFT__MIN(g0 + GRAFT__MM_ROW_BLOCK, (r1));                  \
-    __VA_ARGS__                                                               \
-  }
-
-int64_t graft__matmul_align(const graft__kargs *k, int64_t unit) {
-  const graft__tview *c = k->out;
-  const int64_t M = c->rank >= 2 ? c->shape[c->rank - 2] : 0;
-  if (M <= 0 || unit <= 0)
-    return unit;
-  const int64_t r = unit % M;
-  return unit - r % GRAFT__MM_ROW_BLOCK;
-}
-
-static void zero_rows(const graft__kargs *k, const mm_geom *g, int64_t begin, int64_t end) {
+/* Zero columns [begin, end) (over all batches) of out. */
+static void zero_cols(const graft__kargs *k, const mm_geom *g, int64_t begin, int64_t end) {
   size_t es = graft_dtype_size(k->out->dtype);
-  memset((char *)k->out->data + (size_t)(begin * g->N) * es, 0,
-         (size_t)((end - begin) * g->N) * es);
+  char *c = k->out->data;
+  FOR_BATCH_COLS(g, begin, end, {
+    for (int64_t i = 0; i < g->M; i++)
+      memset(c + (size_t)(coff + i * g->N + j0) * es, 0, (size_t)(j1 - j0) * es);
+  });
 }
 
 graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) {
   mm_geom g;
   graft_status st = mm_setup(k, &g);
   if (st == GRAFT_OK)
-    st = graft__kernel_check_units(k, begin, end, g.batches * g.M);
-  if (st != GRAFT_OK || begin >= end || g.N == 0)
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.N);
+  if (st != GRAFT_OK || begin >= end || g.M == 0 || g.N == 0)
     return st;
   if (g.K == 0) {
     /* An empty sum; BLAS would also reject lda = 0. */
-    zero_rows(k, &g, begin, end);
+    zero_cols(k, &g, begin, end);
     return GRAFT_OK;
   }
   if (g.M > INT_MAX || g.N > INT_MAX || g.K > INT_MAX) {
@@ -166,23 +156,23 @@ graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) 
   const int lda = (int)(g.trans_a ? g.M : g.K);
   const int ldb = (int)(g.trans_b ? g.K : g.N);
   const int ldc = (int)g.N;
-  const int n = (int)g.N, kk = (int)g.K;
+  const int m = (int)g.M, kk = (int)g.K;
   if (k->out->dtype == GRAFT_F32) {
     const float *a = k->in[0]->data, *b = k->in[1]->data;
     float *c = k->out->data;
-    FOR_BATCH_ROWS(&g, begin, end, FOR_GRID_BLOCKS(r0, r1, {
-      const float *ab = a + aoff + (g.trans_a ? s0 : s0 * g.K);
-      cblas_sgemm(CblasRowMajor, ta, tb, (int)(s1 - s0), n, kk, 1.0f, ab, lda, b + boff, ldb,
-                  0.0f, c + coff + s0 * g.N, ldc);
-    }));
+    FOR_BATCH_COLS(&g, begin, end, {
+      const float *bb = b + boff + (g.trans_b ? j0 * g.K : j0);
+      cblas_sgemm(CblasRowMajor, ta, tb, m, (int)(j1 - j0), kk, 1.0f, a + aoff, lda, bb, ldb,
+                  0.0f, c + coff + j0, ldc);
+    });
   } else {
     const double *a = k->in[0]->data, *b = k->in[1]->data;
     double *c = k->out->data;
-    FOR_BATCH_ROWS(&g, begin, end, FOR_GRID_BLOCKS(r0, r1, {
-      const double *ab = a + aoff + (g.trans_a ? s0 : s0 * g.K);
-      cblas_dgemm(CblasRowMajor, ta, tb, (int)(s1 - s0), n, kk, 1.0, ab, lda, b + boff, ldb,
-                  0.0, c + coff + s0 * g.N, ldc);
-    }));
+    FOR_BATCH_COLS(&g, begin, end, {
+      const double *bb = b + boff + (g.trans_b ? j0 * g.K : j0);
+      cblas_dgemm(CblasRowMajor, ta, tb, m, (int)(j1 - j0), kk, 1.0, a + aoff, lda, bb, ldb,
+                  0.0, c + coff + j0, ldc);
+    });
   }
   return GRAFT_OK;
 }
@@ -194,9 +184,9 @@ graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) 
     const T *a = k->in[0]->data, *b = k->in[1]->data;                          \
     T *c = k->out->data;                                                        \
     const int64_t M = g->M, N = g->N, K = g->K;                                 \
-    FOR_BATCH_ROWS(g, begin, end, {                                             \
-      for (int64_t i = r0; i < r1; i++)                                         \
-        for (int64_t j = 0; j < N; j++) {                                       \
+    FOR_BATCH_COLS(g, begin, end, {                                             \
+      for (int64_t i = 0; i < M; i++)                                           \
+        for (int64_t j = j0; j < j1; j++) {                                     \
           double acc = 0.0;                                                     \
           for (int64_t p = 0; p < K; p++) {                                     \
             T av = g->trans_a ? a[aoff + p * M + i] : a[aoff + i * K + p];      \
@@ -215,8 +205,8 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
   mm_geom g;
   graft_status st = mm_setup(k, &g);
   if (st == GRAFT_OK)
-    st = graft__kernel_check_units(k, begin, end, g.batches * g.M);
-  if (st != GRAFT_OK || begin >= end || g.N == 0)
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.N);
+  if (st != GRAFT_OK || begin >= end || g.M == 0 || g.N == 0)
     return st;
   if (k->out->dtype == GRAFT_F32)
     ref_f32(k, &g, begin, end);

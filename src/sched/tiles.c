@@ -1,8 +1,10 @@
 /* Tiles: split a node's kernel units so one large op feeds several workers.
  * The split depends only on shapes and the grain, never on the thread
- * count, and kernels give bitwise the same result for any split of their
- * units (matmul only at graft__matmul_align points, hence GEMM tiling cuts
- * at batch starts and multiples of GRAFT__MM_ROW_BLOCK rows). */
+ * count, and every executor runs a node as that same list of tiles, so the
+ * result is bitwise the same for every executor and thread count even where
+ * a kernel's bits depend on how its units are split (matmul).  GEMM tiles
+ * are runs of a batch's output columns, at least GRAFT__MM_MIN_COLS wide,
+ * or whole batches. */
 #include "kernels/kernels_int.h"
 #include "sched/sched.h"
 
@@ -55,25 +57,37 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
 
   if (graft__ops[n->op].tile == GRAFT__TILE_GEMM) {
-    /* Segments are batches of m rows; cut inside one only every 64 rows. */
-    int64_t m = k->out->shape[k->out->rank - 2];
-    int64_t batches = units / (m ? m : 1);
-    if (m <= 0 || batches * m != units) return; /* keep it whole */
-    tl->seg = m;
-    if (len >= m) {
-      tl->len = (len / m) * m;
-      tl->n = (int32_t)((units + tl->len - 1) / tl->len);
-    } else {
-      len = (len + GRAFT__MM_ROW_BLOCK - 1) / GRAFT__MM_ROW_BLOCK * GRAFT__MM_ROW_BLOCK;
-      if (len >= m) {
-        tl->len = m;
-        tl->n = (int32_t)batches;
-      } else {
+    /* Units are output columns; segments are batches of N columns.  Each
+     * tile is one gemm per batch that repacks op(a) (M x K, = per_unit), so
+     * a tile gets at least max(grain, GRAFT__MM_MIN_COLS * M * K)
+     * multiply-adds: len >= GRAFT__MM_MIN_COLS columns, a multiple of
+     * GRAFT__MM_COL_ALIGN.  At len >= N, tiles are whole batches. */
+    const int64_t N = k->out->rank >= 2 ? k->out->shape[k->out->rank - 1] : 0;
+    const int64_t batches = units / (N > 0 ? N : 1);
+    if (N <= 0 || batches * N != units) return; /* keep it whole */
+    const int64_t al = GRAFT__MM_COL_ALIGN;
+    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, (int64_t)GRAFT__MM_MIN_COLS);
+    if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
+    len = (len + al - 1) / al * al;
+    tl->seg = N;
+    if (len < N) {
+      int64_t per_seg = (N + len - 1) / len;
+      if (batches * per_seg > MAX_TILES) {
+        /* Ragged batch tails pushed the count over: widen the tiles. */
+        int64_t cap = MAX_TILES / batches;
+        len = cap >= 2 ? ((N + cap - 1) / cap + al - 1) / al * al : N;
+        per_seg = (N + len - 1) / len;
+      }
+      if (len < N) {
         tl->len = len;
-        tl->per_seg = (int32_t)((m + len - 1) / len);
-        tl->n = (int32_t)(batches * tl->per_seg);
+        tl->per_seg = (int32_t)per_seg;
+        tl->n = (int32_t)(batches * per_seg);
+        return;
       }
     }
+    int64_t per_tile = GRAFT__MAX(len / N, (batches + MAX_TILES - 1) / MAX_TILES);
+    tl->len = per_tile * N;
+    tl->n = (int32_t)((batches + per_tile - 1) / per_tile);
     return;
   }
   tl->len = GRAFT__MIN(len, units);

@@ -1,0 +1,1357 @@
+/* bench_mlp: one SGD training step of an MLP against the BLAS roofline.
+ *
+ * The model is an MLP 784-1024-1024-10 (relu, softmax cross-entropy) on one
+ * batch of 256 rows, f32, with i32 labels.  The data are synthetic and
+ * seeded: x uniform in [-1, 1), labels the argmax of x @ T for a fixed
+ * random "teacher" T, so the loss has something to learn.  The six weights
+ * and biases are graft variables.  One traced function is the whole step:
+ *   loss = softmax_cross_entropy(relu(relu(x W1 + b1) W2 + b2) W3 + b3, labels)
+ *   g    = graft_gradients(loss, [W1, b1, W2, b2, W3, b3])
+ *   v   := v - lr * g     (graft_assign_sub, for each of the six)
+ * and returns the loss before the update; a second function is the forward
+ * alone (the loss).  Both run on ws at 1 and 2 threads and on seq.
+ *
+ * Baselines, in the same process and run, interleaved rep by rep:
+ *   gemm         the 8 GEMMs a step needs (forward: 3; backward: dW of the 3
+ *                layers and dX of layers 2 and 3, no dX for layer 1), with
+ *                the backward's shapes and transposes, each one cblas_sgemm
+ *                call, BLAS held to one thread; their sum (gemm_sum) is the
+ *                1-thread roofline;
+ *   gemm_omp2    each of them cut into two row halves run by a plain
+ *                `#pragma omp parallel for num_threads(2)` loop; their sum
+ *                is the 2-thread roofline;
+ *   gemm_grid64  each of them as one call per 64-row block, the calls
+ *                graft's matmul kernel makes (to split the gap, not a target);
+ *   direct       the whole step in plain C: the same single GEMM calls plus
+ *                plain loops for bias, relu, softmax cross-entropy, their
+ *                gradients and the update, on its own copy of the weights.
+ * Before timing, one graft step and one direct step from the same weights
+ * must agree (loss and every update).  Every timed step's loss is kept, in
+ * call order: it must end lower than it started.
+ *
+ * GFLOP/s count 2*M*N*K for every matmul node graft actually emits (live in
+ * the plan, read from graft_function_write_dot), checked against the 8
+ * expected GEMMs.  After the timed reps, a ws runtime with a Chrome trace
+ * runs a few more steps and the trace is summed by op and by part
+ * (forward, backward, update) to show where the gap to the roofline goes.
+ *
+ * Every rep calls each config (rotating which goes first) until about
+ * TARGET_REP_US has passed (a step: once); median_us is the median over reps
+ * of the time per call, after WARMUP_CALLS warm-up calls.
+ *
+ * Usage: bench_mlp [--json] [--reps N]
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h), open_memstream */
+
+#include <cblas.h>
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "graft.h"
+
+#define BATCH 256
+#define N_LAYERS 3
+#define N_VARS (2 * N_LAYERS)
+#define N_GEMMS (3 * N_LAYERS - 1) /* no dX for the first layer */
+#define LR 0.05
+#define MIN_REPS 7
+#define DEFAULT_REPS 11
+#define WARMUP_CALLS 2
+#define TARGET_REP_US 4000.0
+#define MAX_INNER 1000
+#define GRID_ROWS 64          /* graft's matmul row block (src/kernels/matmul.c) */
+#define BREAKDOWN_STEPS 5
+#define TARGET_ROOFLINE 1.10
+#define TARGET_BWD_FWD 2.20
+#define MAX_CONFIGS 48
+#define MAX_OP_KINDS 64
+
+static const int DIMS[N_LAYERS + 1] = {784, 1024, 1024, 10};
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static void fill(float *p, int64_t count, uint64_t seed, float scale) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < count; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p[i] = scale * (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+}
+
+static float *alloc_f32(int64_t count) {
+  size_t bytes = ((size_t)count * sizeof(float) + 63) / 64 * 64;
+  float *p = aligned_alloc(64, bytes ? bytes : 64);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+static int report(graft_status s, const char *what, const graft_function *f) {
+  if (s == GRAFT_OK) return 0;
+  fprintf(stderr, "bench_mlp: %s failed: %s (%s)%s%s\n", what, graft_status_name(s),
+          graft_status_str(s), f ? ": " : "", f ? graft_function_errmsg(f) : "");
+  return -1;
+}
+
+static int64_t w_count(int l) { return (int64_t)DIMS[l] * DIMS[l + 1]; }
+
+/* ---- the model and its data ------------------------------------------------- */
+
+typedef struct model {
+  float *x;                     /* [BATCH, DIMS[0]] */
+  int32_t *labels;              /* [BATCH] */
+  float *init[N_VARS];          /* initial W1, b1, W2, b2, W3, b3 */
+  graft_variable *var[N_VARS];  /* the same, as graft variables */
+  graft_tensor *tx, *tlabels, *tloss;
+} model;
+
+static int model_create(model *m) {
+  memset(m, 0, sizeof *m);
+  m->x = alloc_f32((int64_t)BATCH * DIMS[0]);
+  m->labels = malloc(BATCH * sizeof *m->labels);
+  float *teacher = alloc_f32((int64_t)DIMS[0] * DIMS[N_LAYERS]);
+  int rc = -1;
+  if (!m->x || !m->labels || !teacher) goto oom;
+  fill(m->x, (int64_t)BATCH * DIMS[0], 1, 1.0f);
+  fill(teacher, (int64_t)DIMS[0] * DIMS[N_LAYERS], 2, 1.0f);
+  for (int i = 0; i < BATCH; i++) {
+    int best = 0;
+    double best_v = -INFINITY;
+    for (int c = 0; c < DIMS[N_LAYERS]; c++) {
+      double v = 0.0;
+      for (int k = 0; k < DIMS[0]; k++)
+        v += (double)m->x[(int64_t)i * DIMS[0] + k] * teacher[(int64_t)k * DIMS[N_LAYERS] + c];
+      if (v > best_v) best_v = v, best = c;
+    }
+    m->labels[i] = best;
+  }
+  for (int l = 0; l < N_LAYERS; l++) {
+    const int64_t wshape[2] = {DIMS[l], DIMS[l + 1]}, bshape[1] = {DIMS[l + 1]};
+    char name[16];
+    /* He-uniform for the relu layers, half that variance for the logits. */
+    float scale = (float)sqrt((l + 1 < N_LAYERS ? 6.0 : 3.0) / DIMS[l]);
+    m->init[2 * l] = alloc_f32(w_count(l));
+    m->init[2 * l + 1] = alloc_f32(DIMS[l + 1]);
+    if (!m->init[2 * l] || !m->init[2 * l + 1]) goto oom;
+    fill(m->init[2 * l], w_count(l), 10 + 2 * (uint64_t)l, scale);
+    fill(m->init[2 * l + 1], DIMS[l + 1], 11 + 2 * (uint64_t)l, 0.01f);
+    snprintf(name, sizeof name, "W%d", l + 1);
+    if (report(graft_variable_create(NULL, name, GRAFT_F32, 2, wshape, m->init[2 * l],
+                                     GRAFT_VAR_TRAINABLE, &m->var[2 * l]),
+               "graft_variable_create", NULL))
+      goto out;
+    snprintf(name, sizeof name, "b%d", l + 1);
+    if (report(graft_variable_create(NULL, name, GRAFT_F32, 1, bshape, m->init[2 * l + 1],
+                                     GRAFT_VAR_TRAINABLE, &m->var[2 * l + 1]),
+               "graft_variable_create", NULL))
+      goto out;
+  }
+  const int64_t xshape[2] = {BATCH, DIMS[0]}, lshape[1] = {BATCH};
+  if (report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &m->tx), "graft_tensor_wrap", NULL) ||
+      report(graft_tensor_wrap(GRAFT_I32, 1, lshape, m->labels, &m->tlabels), "graft_tensor_wrap",
+             NULL) ||
+      report(graft_tensor_create(GRAFT_F32, 0, NULL, &m->tloss), "graft_tensor_create", NULL))
+    goto out;
+  rc = 0;
+  goto out;
+oom:
+  fprintf(stderr, "bench_mlp: out of memory\n");
+out:
+  free(teacher);
+  return rc;
+}
+
+static void model_destroy(model *m) {
+  graft_tensor_destroy(m->tx);
+  graft_tensor_destroy(m->tlabels);
+  graft_tensor_destroy(m->tloss);
+  for (int i = 0; i < N_VARS; i++) {
+    graft_variable_destroy(m->var[i]);
+    free(m->init[i]);
+  }
+  free(m->x);
+  free(m->labels);
+}
+
+/* ---- the traced functions --------------------------------------------------- */
+
+/* The loss of the batch; reads[] receives the six variable reads. */
+static graft_value *trace_loss(graft_trace *t, model *m, graft_value *x, graft_value *labels,
+                               graft_value **reads) {
+  graft_value *h = x;
+  for (int l = 0; l < N_LAYERS; l++) {
+    reads[2 * l] = graft_read(t, m->var[2 * l]);
+    reads[2 * l + 1] = graft_read(t, m->var[2 * l + 1]);
+    h = graft_add(t, graft_matmul(t, h, reads[2 * l], 0), reads[2 * l + 1]);
+    if (l + 1 < N_LAYERS) h = graft_relu(t, h);
+  }
+  return graft_softmax_cross_entropy(t, h, labels);
+}
+
+static graft_status trace_forward(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                  graft_value **out, void *user) {
+  if (n_in != 2 || n_out != 1)
+    return graft_trace_fail(t, GRAFT_EINVAL, "bench_mlp: expected 2 inputs, 1 output");
+  graft_value *reads[N_VARS];
+  out[0] = trace_loss(t, user, in[0], in[1], reads);
+  return GRAFT_OK;
+}
+
+static graft_status trace_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                               graft_value **out, void *user) {
+  model *m = user;
+  if (n_in != 2 || n_out != 1)
+    return graft_trace_fail(t, GRAFT_EINVAL, "bench_mlp: expected 2 inputs, 1 output");
+  graft_value *reads[N_VARS], *grads[N_VARS];
+  graft_value *loss = trace_loss(t, m, in[0], in[1], reads);
+  graft_status st =
+      graft_gradients(t, 1, &loss, NULL, N_VARS, reads, GRAFT_UNCONNECTED_ZERO, grads);
+  if (st != GRAFT_OK) return st;
+  graft_value *lr = graft_scalar(t, GRAFT_F32, LR);
+  for (int i = 0; i < N_VARS; i++) graft_assign_sub(t, m->var[i], graft_mul(t, lr, grads[i]));
+  out[0] = loss;
+  return GRAFT_OK;
+}
+
+/* ---- the GEMMs of a step, called directly ---------------------------------- */
+
+typedef struct gemm {
+  char name[8];      /* fwd1..3, dW1..3, dX2..3 */
+  int backward;
+  int M, N, K;       /* op(a) [M,K] @ op(b) [K,N] */
+  int ta, tb;
+  float *a, *b, *c;
+  int lda, ldb, ldc;
+} gemm;
+
+static gemm GEMMS[N_GEMMS];
+
+static void gemm_set(gemm *g, const char *name, int backward, int M, int N, int K, int ta,
+                     int tb) {
+  snprintf(g->name, sizeof g->name, "%s", name);
+  g->backward = backward;
+  g->M = M, g->N = N, g->K = K, g->ta = ta, g->tb = tb;
+  g->lda = ta ? M : K;
+  g->ldb = tb ? K : N;
+  g->ldc = N;
+}
+
+/* Forward: h_l = h_{l-1} @ W_l.  Backward from the last layer: dW_l =
+ * h_{l-1}^T @ g_l, then (not for the first layer) dX_l = g_l @ W_l^T. */
+static int gemms_create(void) {
+  int n = 0;
+  char name[8];
+  for (int l = 0; l < N_LAYERS; l++) {
+    snprintf(name, sizeof name, "fwd%d", l + 1);
+    gemm_set(&GEMMS[n++], name, 0, BATCH, DIMS[l + 1], DIMS[l], 0, 0);
+  }
+  for (int l = N_LAYERS - 1; l >= 0; l--) {
+    snprintf(name, sizeof name, "dW%d", l + 1);
+    gemm_set(&GEMMS[n++], name, 1, DIMS[l], DIMS[l + 1], BATCH, 1, 0);
+    if (l == 0) continue;
+    snprintf(name, sizeof name, "dX%d", l + 1);
+    gemm_set(&GEMMS[n++], name, 1, BATCH, DIMS[l], DIMS[l + 1], 0, 1);
+  }
+  for (int i = 0; i < N_GEMMS; i++) {
+    gemm *g = &GEMMS[i];
+    g->a = alloc_f32((int64_t)g->M * g->K);
+    g->b = alloc_f32((int64_t)g->K * g->N);
+    g->c = alloc_f32((int64_t)g->M * g->N);
+    if (!g->a || !g->b || !g->c) {
+      fprintf(stderr, "bench_mlp: out of memory\n");
+      return -1;
+    }
+    fill(g->a, (int64_t)g->M * g->K, 100 + 2 * (uint64_t)i, 1.0f);
+    fill(g->b, (int64_t)g->K * g->N, 101 + 2 * (uint64_t)i, 1.0f);
+  }
+  return 0;
+}
+
+static void gemms_destroy(void) {
+  for (int i = 0; i < N_GEMMS; i++) {
+    free(GEMMS[i].a);
+    free(GEMMS[i].b);
+    free(GEMMS[i].c);
+  }
+}
+
+static double gemm_flops(const gemm *g) { return 2.0 * g->M * g->N * g->K; }
+
+/* Rows [r0, r1) of op(a) @ op(b); a transposed a's rows are its columns. */
+static void gemm_rows(const gemm *g, int r0, int r1) {
+  const float *a = g->ta ? g->a + r0 : g->a + (size_t)r0 * g->lda;
+  cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+              r1 - r0, g->N, g->K, 1.0f, a, g->lda, g->b, g->ldb, 0.0f,
+              g->c + (size_t)r0 * g->ldc, g->ldc);
+}
+
+typedef enum gemm_variant { GV_SINGLE, GV_GRID, GV_HALVES } gemm_variant;
+static const char *const GV_NAMES[] = {"gemm", "gemm_grid64", "gemm_omp2"};
+
+/* One GEMM as the variant cuts it; 1 if the two halves ran on distinct
+ * OpenMP threads (GV_HALVES), else 0. */
+static int gemm_run(const gemm *g, gemm_variant v) {
+  if (v == GV_SINGLE) {
+    gemm_rows(g, 0, g->M);
+  } else if (v == GV_GRID) {
+    for (int r = 0; r < g->M; r += GRID_ROWS) gemm_rows(g, r, r + GRID_ROWS < g->M ? r + GRID_ROWS : g->M);
+  } else {
+    int tid[2] = {-1, -1};
+    /* The build always has OpenMP; a syntax check without it sees no pragma. */
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(2) schedule(static)
+#endif
+    for (int h = 0; h < 2; h++) {
+      gemm_rows(g, h * g->M / 2, (h + 1) * g->M / 2);
+      tid[h] = omp_get_thread_num();
+    }
+    return tid[0] != tid[1];
+  }
+  return 0;
+}
+
+/* ---- the step in plain C ---------------------------------------------------- */
+
+typedef struct direct {
+  float *w[N_LAYERS], *b[N_LAYERS];    /* own copies of the weights */
+  float *dw[N_LAYERS], *db[N_LAYERS];
+  float *z[N_LAYERS];                  /* pre-activations; z[N_LAYERS-1] = logits */
+  float *h[N_LAYERS - 1];              /* relu(z) */
+  float *g[N_LAYERS];                  /* cotangents of z */
+  float *dh;                           /* cotangent of an h */
+} direct;
+
+static int direct_create(direct *d, const model *m) {
+  memset(d, 0, sizeof *d);
+  for (int l = 0; l < N_LAYERS; l++) {
+    int64_t out = (int64_t)BATCH * DIMS[l + 1];
+    d->w[l] = alloc_f32(w_count(l));
+    d->b[l] = alloc_f32(DIMS[l + 1]);
+    d->dw[l] = alloc_f32(w_count(l));
+    d->db[l] = alloc_f32(DIMS[l + 1]);
+    d->z[l] = alloc_f32(out);
+    d->g[l] = alloc_f32(out);
+    if (l + 1 < N_LAYERS) d->h[l] = alloc_f32(out);
+    if (!d->w[l] || !d->b[l] || !d->dw[l] || !d->db[l] || !d->z[l] || !d->g[l] ||
+        (l + 1 < N_LAYERS && !d->h[l])) {
+      fprintf(stderr, "bench_mlp: out of memory\n");
+      return -1;
+    }
+    memcpy(d->w[l], m->init[2 * l], (size_t)w_count(l) * sizeof(float));
+    memcpy(d->b[l], m->init[2 * l + 1], (size_t)DIMS[l + 1] * sizeof(float));
+  }
+  int widest = 0;
+  for (int l = 0; l <= N_LAYERS; l++) widest = DIMS[l] > widest ? DIMS[l] : widest;
+  d->dh = alloc_f32((int64_t)BATCH * widest);
+  if (!d->dh) {
+    fprintf(stderr, "bench_mlp: out of memory\n");
+    return -1;
+  }
+  return 0;
+}
+
+static void direct_destroy(direct *d) {
+  for (int l = 0; l < N_LAYERS; l++) {
+    free(d->w[l]);
+    free(d->b[l]);
+    free(d->dw[l]);
+    free(d->db[l]);
+    free(d->z[l]);
+    free(d->g[l]);
+    if (l + 1 < N_LAYERS) free(d->h[l]);
+  }
+  free(d->dh);
+}
+
+/* Mean softmax cross-entropy of the logits; g = its gradient. */
+static double direct_loss(const float *logits, const int32_t *labels, float *g) {
+  const int C = DIMS[N_LAYERS];
+  double loss = 0.0;
+  for (int i = 0; i < BATCH; i++) {
+    const float *row = logits + (size_t)i * C;
+    float *gr = g + (size_t)i * C;
+    float mx = row[0];
+    for (int j = 1; j < C; j++) mx = row[j] > mx ? row[j] : mx;
+    double s = 0.0;
+    for (int j = 0; j < C; j++) s += exp((double)row[j] - mx);
+    loss += mx + log(s) - row[labels[i]];
+    for (int j = 0; j < C; j++)
+      gr[j] = (float)((exp((double)row[j] - mx) / s - (j == labels[i])) / BATCH);
+  }
+  return loss / BATCH;
+}
+
+/* One SGD step on d's weights; returns the loss before the update. */
+static double direct_step(direct *d, const float *x, const int32_t *labels) {
+  const float *in = x;
+  for (int l = 0; l < N_LAYERS; l++) {
+    const int n = DIMS[l + 1];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BATCH, n, DIMS[l], 1.0f, in, DIMS[l],
+                d->w[l], n, 0.0f, d->z[l], n);
+    for (int i = 0; i < BATCH; i++)
+      for (int j = 0; j < n; j++) d->z[l][(size_t)i * n + j] += d->b[l][j];
+    if (l + 1 == N_LAYERS) break;
+    for (int64_t i = 0; i < (int64_t)BATCH * n; i++)
+      d->h[l][i] = d->z[l][i] > 0.0f ? d->z[l][i] : 0.0f;
+    in = d->h[l];
+  }
+  double loss = direct_loss(d->z[N_LAYERS - 1], labels, d->g[N_LAYERS - 1]);
+  for (int l = N_LAYERS - 1; l >= 0; l--) {
+    const int k = DIMS[l], n = DIMS[l + 1];
+    const float *hin = l ? d->h[l - 1] : x;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, BATCH, 1.0f, hin, k, d->g[l], n,
+                0.0f, d->dw[l], n);
+    for (int j = 0; j < n; j++) d->db[l][j] = 0.0f;
+    for (int i = 0; i < BATCH; i++)
+      for (int j = 0; j < n; j++) d->db[l][j] += d->g[l][(size_t)i * n + j];
+    if (l == 0) break;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BATCH, k, n, 1.0f, d->g[l], n, d->w[l],
+                n, 0.0f, d->dh, k);
+    for (int64_t i = 0; i < (int64_t)BATCH * k; i++)
+      d->g[l - 1][i] = d->z[l - 1][i] > 0.0f ? d->dh[i] : 0.0f;
+  }
+  for (int l = 0; l < N_LAYERS; l++) {
+    for (int64_t i = 0; i < w_count(l); i++) d->w[l][i] -= (float)LR * d->dw[l][i];
+    for (int j = 0; j < DIMS[l + 1]; j++) d->b[l][j] -= (float)LR * d->db[l][j];
+  }
+  return loss;
+}
+
+/* ---- what graft emits: the DOT of a traced function ------------------------ */
+
+typedef struct gnode {
+  char op[32];
+  int role;          /* 0 forward, 1 backward (firebrick in the DOT), 2 tangent */
+  int live;          /* not pruned */
+  int rank;
+  int64_t shape[GRAFT_MAX_RANK];
+  int n_in;
+  uint32_t in[2];    /* the first two inputs */
+} gnode;
+
+typedef struct graph_info {
+  int n;
+  gnode *nodes;
+  long last_backward; /* highest backward node id, -1 if none */
+} graph_info;
+
+/* One matmul node: batch x [M,K] @ [K,N]; ta / tb are -1 where the shapes
+ * cannot tell (a square operand). */
+typedef struct emitted_mm {
+  uint32_t id;
+  int backward;
+  int64_t batch, M, N, K;
+  int ta, tb;
+} emitted_mm;
+
+static void parse_shape(const char *s, gnode *g) {
+  s = strchr(s, '[');
+  if (!s) return;
+  s++;
+  while (*s && *s != ']' && g->rank < GRAFT_MAX_RANK) {
+    char *e;
+    long long v = strtoll(s, &e, 10);
+    if (e == s) break;
+    g->shape[g->rank++] = v;
+    s = *e == ',' ? e + 1 : e;
+  }
+}
+
+static int graph_grow(graph_info *gi, unsigned id) {
+  if ((int)id < gi->n) return 0;
+  int n = (int)id + 1;
+  gnode *p = realloc(gi->nodes, (size_t)n * sizeof *p);
+  if (!p) return -1;
+  memset(p + gi->n, 0, (size_t)(n - gi->n) * sizeof *p);
+  gi->nodes = p;
+  gi->n = n;
+  return 0;
+}
+
+/* Reads f's graph through graft_function_write_dot: per node its op, role,
+ * liveness, shape and first inputs. */
+static int graph_info_read(graft_function *f, graph_info *gi) {
+  memset(gi, 0, sizeof *gi);
+  gi->last_backward = -1;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&buf, &len);
+  if (!mem) return -1;
+  graft_status st = graft_function_write_dot(f, mem);
+  fclose(mem);
+  if (report(st, "graft_function_write_dot", f)) {
+    free(buf);
+    return -1;
+  }
+  int rc = 0;
+  for (char *line = buf, *next; line && *line && rc == 0; line = next) {
+    char *nl = strchr(line, '\n');
+    next = nl ? nl + 1 : NULL;
+    if (nl) *nl = '\0';
+    unsigned src, dst, id;
+    if (sscanf(line, " n%u -> n%u;", &src, &dst) == 2) {
+      if ((int)dst >= gi->n) continue;
+      gnode *g = &gi->nodes[dst];
+      if (g->n_in < 2) g->in[g->n_in] = src;
+      g->n_in++;
+      continue;
+    }
+    const char *label = strstr(line, "label=\"#");
+    if (!label || sscanf(line, " n%u [", &id) != 1) continue;
+    if (graph_grow(gi, id)) {
+      rc = -1;
+      break;
+    }
+    gnode *g = &gi->nodes[id];
+    g->live = strstr(line, "style=\"filled\"") != NULL;
+    g->role = strstr(line, ", color=firebrick") ? 1 : strstr(line, ", color=royalblue") ? 2 : 0;
+    if (g->role == 1 && (long)id > gi->last_backward) gi->last_backward = id;
+    const char *p = label + 8;
+    while (isdigit((unsigned char)*p)) p++;
+    while (*p == ' ') p++;
+    size_t k = 0;
+    while (*p && *p != ' ' && *p != '\\' && *p != '"' && k + 1 < sizeof g->op) g->op[k++] = *p++;
+    g->op[k] = '\0';
+    const char *dims = strstr(p, "\\n"); /* the label's second line: dtype and shape */
+    if (dims) parse_shape(dims, g);
+  }
+  free(buf);
+  if (rc) fprintf(stderr, "bench_mlp: out of memory\n");
+  return rc;
+}
+
+static void graph_info_free(graph_info *gi) {
+  free(gi->nodes);
+  gi->nodes = NULL;
+  gi->n = 0;
+}
+
+static const char *graph_part(const graph_info *gi, uint32_t id) {
+  if ((int)id < gi->n && gi->nodes[id].role == 1) return "backward";
+  if ((int)id < gi->n && gi->nodes[id].role == 2) return "tangent";
+  return gi->last_backward >= 0 && (long)id > gi->last_backward ? "update" : "forward";
+}
+
+/* The live matmul nodes of gi, up to cap of them; returns how many there are. */
+static int graph_matmuls(const graph_info *gi, emitted_mm *out, int cap) {
+  int n = 0;
+  for (int id = 0; id < gi->n; id++) {
+    const gnode *g = &gi->nodes[id];
+    if (!g->live || strcmp(g->op, "matmul") != 0 || g->rank < 2 || g->n_in < 2) continue;
+    const gnode *a = &gi->nodes[g->in[0]], *b = &gi->nodes[g->in[1]];
+    if (a->rank < 2 || b->rank < 2) continue;
+    emitted_mm e = {.id = (uint32_t)id, .backward = g->role == 1, .batch = 1};
+    for (int d = 0; d < g->rank - 2; d++) e.batch *= g->shape[d];
+    e.M = g->shape[g->rank - 2];
+    e.N = g->shape[g->rank - 1];
+    int64_t a0 = a->shape[a->rank - 2], a1 = a->shape[a->rank - 1];
+    int64_t b0 = b->shape[b->rank - 2], b1 = b->shape[b->rank - 1];
+    e.K = a0 == e.M ? a1 : a0; /* exact even when a is square */
+    e.ta = a0 == a1 ? -1 : a1 == e.M;
+    e.tb = b0 == b1 ? -1 : b0 == e.N;
+    if (n < cap) out[n] = e;
+    n++;
+  }
+  return n;
+}
+
+static double mm_flops(const emitted_mm *e) { return 2.0 * (double)(e->batch * e->M * e->N * e->K); }
+
+static void trans_str(const emitted_mm *e, char *buf, size_t len) {
+  snprintf(buf, len, "%c%c", e->ta < 0 ? '?' : e->ta ? 'T' : 'N', e->tb < 0 ? '?' : e->tb ? 'T' : 'N');
+}
+
+/* How many of the n emitted matmuls match a distinct expected GEMM (same
+ * M, N, K and batch 1; transposes where the shapes tell them). */
+static int match_gemms(const emitted_mm *e, int n, int backward_too) {
+  int used[N_GEMMS] = {0}, matched = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < N_GEMMS; j++) {
+      const gemm *g = &GEMMS[j];
+      if (used[j] || (!backward_too && g->backward)) continue;
+      if (e[i].batch != 1 || e[i].M != g->M || e[i].N != g->N || e[i].K != g->K) continue;
+      if ((e[i].ta >= 0 && e[i].ta != g->ta) || (e[i].tb >= 0 && e[i].tb != g->tb)) continue;
+      used[j] = 1;
+      matched++;
+      break;
+    }
+  return matched;
+}
+
+/* ---- configs ------------------------------------------------------------------ */
+
+typedef enum ckind { C_STEP, C_FWD, C_DIRECT, C_GEMM } ckind;
+
+typedef struct config {
+  ckind kind;
+  int threads;
+  const char *sched;       /* ws, seq, c, blas, omp */
+  int rt;                  /* runtime index (C_STEP, C_FWD) */
+  graft_function *f;
+  int gemm;                /* C_GEMM */
+  gemm_variant gv;
+  int inner;
+  double median_us, min_us;
+} config;
+
+typedef struct rt_spec {
+  const char *sched;
+  int threads;
+  graft_runtime *rt;
+  char describe[256];
+} rt_spec;
+
+static rt_spec RUNTIMES[] = {{"ws", 1, NULL, ""}, {"ws", 2, NULL, ""}, {"seq", 1, NULL, ""}};
+#define N_RUNTIMES ((int)(sizeof RUNTIMES / sizeof RUNTIMES[0]))
+
+static config CONFIGS[MAX_CONFIGS];
+static int n_configs;
+
+static int find_config(ckind k, const char *sched, int threads, int gemm_i, gemm_variant gv) {
+  for (int c = 0; c < n_configs; c++) {
+    const config *cf = &CONFIGS[c];
+    if (cf->kind != k) continue;
+    if (k == C_GEMM ? (cf->gemm == gemm_i && cf->gv == gv)
+                    : (strcmp(cf->sched, sched) == 0 && cf->threads == threads))
+      return c;
+  }
+  return -1;
+}
+
+static int create_runtime(rt_spec *r, const char *trace_path) {
+  graft_runtime_opts ro;
+  graft_runtime_opts_init(&ro);
+  ro.num_threads = r->threads;
+  ro.sched = r->sched;
+  ro.trace_path = trace_path;
+  char err[512] = "";
+  graft_status st = graft_runtime_create_ex(&ro, &r->rt, err, sizeof err);
+  if (st != GRAFT_OK) {
+    fprintf(stderr, "bench_mlp: graft_runtime_create (%s, %d threads) failed: %s (%s): %s\n",
+            r->sched, r->threads, graft_status_name(st), graft_status_str(st), err);
+    return -1;
+  }
+  graft_runtime_describe(r->rt, r->describe, sizeof r->describe);
+  return 0;
+}
+
+static int create_function(graft_runtime *rt, model *m, ckind k, graft_function **f) {
+  graft_function_desc desc = {.name = k == C_STEP ? "mlp_step" : "mlp_forward",
+                              .trace = k == C_STEP ? trace_step : trace_forward,
+                              .user = m,
+                              .n_inputs = 2,
+                              .n_outputs = 1};
+  return report(graft_function_create(rt, &desc, f), "graft_function_create", NULL);
+}
+
+/* Steps (ws/1, ws/2, seq), forwards (the same), direct, then every GEMM in
+ * every variant. */
+static int create_configs(model *m) {
+  for (int r = 0; r < N_RUNTIMES; r++)
+    if (create_runtime(&RUNTIMES[r], NULL)) return -1;
+  for (int k = C_STEP; k <= C_FWD; k++)
+    for (int r = 0; r < N_RUNTIMES; r++) {
+      config *cf = &CONFIGS[n_configs++];
+      *cf = (config){.kind = (ckind)k, .threads = RUNTIMES[r].threads, .sched = RUNTIMES[r].sched,
+                     .rt = r};
+      if (create_function(RUNTIMES[r].rt, m, (ckind)k, &cf->f)) return -1;
+    }
+  CONFIGS[n_configs++] = (config){.kind = C_DIRECT, .threads = 1, .sched = "c"};
+  for (int v = GV_SINGLE; v <= GV_HALVES; v++)
+    for (int i = 0; i < N_GEMMS; i++)
+      CONFIGS[n_configs++] = (config){.kind = C_GEMM,
+                                      .threads = v == GV_HALVES ? 2 : 1,
+                                      .sched = v == GV_HALVES ? "omp" : "blas",
+                                      .gemm = i,
+                                      .gv = (gemm_variant)v};
+  return 0;
+}
+
+static void destroy_configs(void) {
+  for (int c = 0; c < n_configs; c++) graft_function_destroy(CONFIGS[c].f);
+  for (int r = 0; r < N_RUNTIMES; r++) graft_runtime_destroy(RUNTIMES[r].rt);
+}
+
+/* ---- running ------------------------------------------------------------------ */
+
+typedef struct loss_log {
+  double *v;
+  int n, cap;
+} loss_log;
+
+typedef struct run_state {
+  model *m;
+  direct *d;
+  loss_log losses;      /* every timed graft step, in call order */
+  int halves_parallel;  /* the omp2 halves ran on two threads */
+  int halves_checked;
+} run_state;
+
+static int call_config(config *cf, run_state *s, int timed) {
+  switch (cf->kind) {
+  case C_STEP:
+  case C_FWD: {
+    graft_tensor *in[2] = {s->m->tx, s->m->tlabels};
+    if (report(graft_function_call(cf->f, 2, in, 1, &s->m->tloss), "graft_function_call", cf->f))
+      return -1;
+    if (cf->kind == C_STEP && timed && s->losses.n < s->losses.cap)
+      s->losses.v[s->losses.n++] = *(const float *)graft_tensor_data(s->m->tloss);
+    return 0;
+  }
+  case C_DIRECT:
+    direct_step(s->d, s->m->x, s->m->labels);
+    return 0;
+  case C_GEMM: {
+    int par = gemm_run(&GEMMS[cf->gemm], cf->gv);
+    if (cf->gv == GV_HALVES && !s->halves_checked) {
+      s->halves_checked = 1;
+      s->halves_parallel = par;
+    }
+    return 0;
+  }
+  }
+  return -1;
+}
+
+/* Max |a - b| over n floats, NaN if either holds one. */
+static double max_diff(const float *a, const float *b, int64_t n, double *max_b) {
+  double d = 0.0, mb = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - (double)b[i]);
+    if (!(e <= d)) d = e;
+    if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+  }
+  *max_b = mb;
+  return d;
+}
+
+typedef struct check_result {
+  double loss_graft, loss_direct;
+  double worst_rel;   /* max over variables of max |dgraft - ddirect| / max |ddirect| */
+  int worst_var;
+  int ok;
+} check_result;
+
+/* One graft step (seq) and one direct step from the same initial weights
+ * must give the same loss and the same update of every variable. */
+static int check_against_direct(run_state *s, check_result *res) {
+  int seq = find_config(C_STEP, "seq", 1, 0, GV_SINGLE);
+  if (call_config(&CONFIGS[seq], s, 0)) return -1;
+  res->loss_graft = *(const float *)graft_tensor_data(s->m->tloss);
+  res->loss_direct = direct_step(s->d, s->m->x, s->m->labels);
+  res->worst_rel = 0.0;
+  res->worst_var = 0;
+  for (int i = 0; i < N_VARS; i++) {
+    int l = i / 2;
+    int64_t n = i % 2 ? DIMS[l + 1] : w_count(l);
+    const float *init = s->m->init[i];
+    const float *vg = graft_tensor_data(graft_variable_value(s->m->var[i]));
+    const float *vd = i % 2 ? s->d->b[l] : s->d->w[l];
+    float *ug = alloc_f32(n), *ud = alloc_f32(n);
+    if (!ug || !ud) {
+      free(ug);
+      free(ud);
+      fprintf(stderr, "bench_mlp: out of memory\n");
+      return -1;
+    }
+    for (int64_t k = 0; k < n; k++) ug[k] = init[k] - vg[k], ud[k] = init[k] - vd[k];
+    double mb, d = max_diff(ug, ud, n, &mb);
+    double rel = mb > 0.0 ? d / mb : d;
+    if (!(rel <= res->worst_rel)) res->worst_rel = rel, res->worst_var = i;
+    free(ug);
+    free(ud);
+  }
+  double dl = fabs(res->loss_graft - res->loss_direct);
+  res->ok = dl <= 1e-4 * fabs(res->loss_direct) + 1e-6 && res->worst_rel <= 2e-3;
+  return 0;
+}
+
+static int run(run_state *s, int reps) {
+  double *t = malloc((size_t)(n_configs * reps) * sizeof *t);
+  if (!t) {
+    fprintf(stderr, "bench_mlp: out of memory\n");
+    return -1;
+  }
+  int rc = -1;
+  /* Warm-up: the first call traces and compiles; the second calibrates. */
+  for (int c = 0; c < n_configs; c++) {
+    config *cf = &CONFIGS[c];
+    double one = 0.0;
+    for (int w = 0; w < WARMUP_CALLS; w++) {
+      double t0 = bench_now_us();
+      if (call_config(cf, s, 0)) goto done;
+      one = bench_now_us() - t0;
+    }
+    cf->inner = one > 0.0 ? (int)ceil(TARGET_REP_US / one) : MAX_INNER;
+    if (cf->inner < 1) cf->inner = 1;
+    if (cf->inner > MAX_INNER) cf->inner = MAX_INNER;
+  }
+  int steps = 0;
+  for (int c = 0; c < n_configs; c++)
+    if (CONFIGS[c].kind == C_STEP) steps += CONFIGS[c].inner * reps;
+  s->losses.v = malloc((size_t)steps * sizeof *s->losses.v);
+  s->losses.cap = steps;
+  if (!s->losses.v) {
+    fprintf(stderr, "bench_mlp: out of memory\n");
+    goto done;
+  }
+  for (int r = 0; r < reps; r++)
+    for (int k = 0; k < n_configs; k++) {
+      int c = (r + k) % n_configs;
+      config *cf = &CONFIGS[c];
+      double t0 = bench_now_us();
+      for (int i = 0; i < cf->inner; i++)
+        if (call_config(cf, s, 1)) goto done;
+      t[c * reps + r] = (bench_now_us() - t0) / cf->inner;
+    }
+  for (int c = 0; c < n_configs; c++) {
+    CONFIGS[c].median_us = bench_median(&t[c * reps], reps);
+    CONFIGS[c].min_us = t[c * reps]; /* sorted by the median */
+    if (CONFIGS[c].f && graft_function_trace_count(CONFIGS[c].f) != 1)
+      fprintf(stderr, "bench_mlp: warning: %s traced %d times (expected 1)\n",
+              CONFIGS[c].kind == C_STEP ? "step" : "forward",
+              graft_function_trace_count(CONFIGS[c].f));
+  }
+  rc = 0;
+done:
+  free(t);
+  return rc;
+}
+
+/* ---- where the time goes: a traced ws runtime -------------------------------- */
+
+typedef struct op_time {
+  const char *part;
+  char op[32];
+  int nodes;
+  int64_t tiles;
+  double us;
+} op_time;
+
+typedef struct breakdown {
+  int threads, steps;
+  double wall_us;           /* per step, mean */
+  double busy_us;           /* summed event durations per step, all workers */
+  double matmul_us, other_us;
+  int n_ops;
+  op_time ops[MAX_OP_KINDS];
+} breakdown;
+
+static op_time *op_slot(breakdown *b, const char *part, const char *op) {
+  for (int i = 0; i < b->n_ops; i++)
+    if (b->ops[i].part == part && strcmp(b->ops[i].op, op) == 0) return &b->ops[i];
+  if (b->n_ops == MAX_OP_KINDS) return NULL;
+  op_time *o = &b->ops[b->n_ops++];
+  memset(o, 0, sizeof *o);
+  o->part = part;
+  snprintf(o->op, sizeof o->op, "%s", op);
+  return o;
+}
+
+static int cmp_op_time(const void *a, const void *b) {
+  double x = ((const op_time *)a)->us, y = ((const op_time *)b)->us;
+  return (x < y) - (x > y);
+}
+
+/* Sums the Chrome trace from offset on by (part, op). */
+static int breakdown_parse(const char *path, long offset, const graph_info *gi, breakdown *b) {
+  FILE *fp = fopen(path, "r");
+  if (!fp || fseek(fp, offset, SEEK_SET) != 0) {
+    fprintf(stderr, "bench_mlp: cannot read the trace %s\n", path);
+    if (fp) fclose(fp);
+    return -1;
+  }
+  uint8_t *seen = calloc((size_t)(gi->n ? gi->n : 1), 1);
+  if (!seen) {
+    fclose(fp);
+    return -1;
+  }
+  char line[1024];
+  while (fgets(line, sizeof line, fp)) {
+    const char *p = strstr(line, "{\"name\":\"");
+    if (!p || !strstr(p, "\"ph\":\"X\"")) continue;
+    char op[32];
+    unsigned node;
+    const char *dur = strstr(p, "\"dur\":");
+    if (!dur || sscanf(p, "{\"name\":\"%31[^ \"] #%u\"", op, &node) != 2) continue;
+    double us = strtod(dur + 6, NULL);
+    op_time *o = op_slot(b, graph_part(gi, node), op);
+    if (!o) continue;
+    o->us += us;
+    o->tiles++;
+    if ((int)node < gi->n && !seen[node]) seen[node] = 1, o->nodes++;
+    b->busy_us += us;
+    if (strcmp(op, "matmul") == 0)
+      b->matmul_us += us;
+    else
+      b->other_us += us;
+  }
+  fclose(fp);
+  free(seen);
+  for (int i = 0; i < b->n_ops; i++) {
+    b->ops[i].us /= b->steps;
+    b->ops[i].tiles /= b->steps;
+  }
+  b->busy_us /= b->steps;
+  b->matmul_us /= b->steps;
+  b->other_us /= b->steps;
+  qsort(b->ops, (size_t)b->n_ops, sizeof b->ops[0], cmp_op_time);
+  return 0;
+}
+
+/* Runs a step function on a fresh ws runtime that writes a Chrome trace:
+ * one call to trace and compile, then BREAKDOWN_STEPS calls whose events
+ * are summed. */
+static int run_breakdown(model *m, int threads, breakdown *b) {
+  memset(b, 0, sizeof *b);
+  b->threads = threads;
+  b->steps = BREAKDOWN_STEPS;
+  char path[] = "/tmp/bench_mlp_trace_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    fprintf(stderr, "bench_mlp: cannot create a temporary trace file\n");
+    return -1;
+  }
+  close(fd);
+  rt_spec r = {"ws", threads, NULL, ""};
+  graft_function *f = NULL;
+  graph_info gi = {0};
+  int rc = -1;
+  if (create_runtime(&r, path) || create_function(r.rt, m, C_STEP, &f)) goto out;
+  graft_tensor *in[2] = {m->tx, m->tlabels};
+  if (report(graft_function_call(f, 2, in, 1, &m->tloss), "graft_function_call", f)) goto out;
+  struct stat sb;
+  if (stat(path, &sb) != 0) goto out;
+  double t0 = bench_now_us();
+  for (int i = 0; i < b->steps; i++)
+    if (report(graft_function_call(f, 2, in, 1, &m->tloss), "graft_function_call", f)) goto out;
+  b->wall_us = (bench_now_us() - t0) / b->steps;
+  if (graph_info_read(f, &gi)) goto out;
+  graft_function_destroy(f);
+  f = NULL;
+  graft_runtime_destroy(r.rt); /* closes the trace */
+  r.rt = NULL;
+  rc = breakdown_parse(path, (long)sb.st_size, &gi, b);
+out:
+  graft_function_destroy(f);
+  graft_runtime_destroy(r.rt);
+  graph_info_free(&gi);
+  unlink(path);
+  return rc;
+}
+
+/* ---- output ------------------------------------------------------------------- */
+
+typedef struct options {
+  int json;
+  int reps;
+} options;
+
+typedef struct results {
+  double step_flops, fwd_flops;          /* from the emitted matmuls */
+  int step_mm, fwd_mm, step_matched, fwd_matched;
+  emitted_mm step_list[32];
+  check_result direct_check;
+  breakdown bd[2];
+  int have_bd[2];
+} results;
+
+static const char *MODEL_SHAPE = "b256 784-1024-1024-10";
+
+static void print_header(const bench_info *info, const char *blas, const options *opt) {
+  char model_desc[256], data_desc[256];
+  snprintf(model_desc, sizeof model_desc,
+           "MLP %d-%d-%d-%d, relu, softmax cross-entropy, batch %d, f32; SGD lr %g; one traced "
+           "function: forward, graft_gradients w.r.t. the 6 variables, graft_assign_sub each",
+           DIMS[0], DIMS[1], DIMS[2], DIMS[3], BATCH, LR);
+  snprintf(data_desc, sizeof data_desc,
+           "x [%d,%d] f32 uniform [-1,1), labels [%d] i32 = argmax(x @ T), T random; seeded",
+           BATCH, DIMS[0], BATCH);
+  bench_kv extra[3 + N_RUNTIMES];
+  char keys[N_RUNTIMES][32];
+  int n = 0;
+  extra[n++] = (bench_kv){"model", model_desc};
+  extra[n++] = (bench_kv){"data", data_desc};
+  extra[n++] = (bench_kv){"blas", blas};
+  for (int r = 0; r < N_RUNTIMES; r++) {
+    snprintf(keys[r], sizeof keys[r], "runtime %s/%d", RUNTIMES[r].sched, RUNTIMES[r].threads);
+    extra[n++] = (bench_kv){keys[r], RUNTIMES[r].describe};
+  }
+  bench_header_print(info, "bench_mlp",
+                     "MLP training step (forward + graft_gradients + SGD) vs the BLAS roofline",
+                     extra, n, opt->json);
+  if (opt->json) return;
+  printf("# median_us: median time per call (step, forward, direct) or per GEMM; gflops count\n"
+         "# 2*M*N*K of the matmuls graft emits (gemm rows: of that GEMM); ratio = median_us /\n"
+         "# baseline_us: step and forward against the sum of their GEMMs called directly\n"
+         "# (gemm_sum: one cblas_sgemm each, 1 thread; gemm_omp2_sum: two row halves under\n"
+         "# omp parallel for num_threads(2)); bwd_fwd: median_us = step - forward, baseline =\n"
+         "# forward; gemm_grid64 / gemm_omp2 rows against the single call.  gemm shapes are\n"
+         "# MxKxN ([M,K] @ [K,N]) and the transposes of a and b (N or T)\n");
+  printf("# %-13s %-5s %-21s %7s %-5s %4s %11s %11s %7s %-14s %11s %7s %6s %3s\n", "name",
+         "dtype", "shape", "threads", "sched", "reps", "median_us", "min_us", "gflops",
+         "baseline", "baseline_us", "ratio", "target", "ok");
+}
+
+/* One result row; NAN baseline / target print as "-" (null in JSON). */
+static void print_row(const options *opt, const char *name, const char *shape, int threads,
+                      const char *sched, int reps, double median, double min, double flops,
+                      const char *baseline, double baseline_us, double target) {
+  double gflops = flops > 0.0 && median > 0.0 ? flops / median * 1e-3 : NAN;
+  double ratio = isnan(baseline_us) ? NAN : median / baseline_us;
+  int has_target = !isnan(target);
+  int ok = has_target && ratio <= target;
+  if (opt->json) {
+    printf("{\"type\":\"row\",\"name\":");
+    bench_json_str(name);
+    printf(",\"dtype\":\"f32\",\"shape\":");
+    bench_json_str(shape);
+    printf(",\"threads\":%d,\"sched\":\"%s\",\"reps\":%d,\"median_us\":%.3f,", threads, sched,
+           reps, median);
+    if (isnan(min)) printf("\"min_us\":null,"); else printf("\"min_us\":%.3f,", min);
+    if (isnan(gflops)) printf("\"gflops\":null,"); else printf("\"gflops\":%.3f,", gflops);
+    if (isnan(baseline_us)) {
+      printf("\"baseline\":null,\"baseline_us\":null,\"ratio\":null,");
+    } else {
+      printf("\"baseline\":");
+      bench_json_str(baseline);
+      printf(",\"baseline_us\":%.3f,\"ratio\":%.4f,", baseline_us, ratio);
+    }
+    if (has_target)
+      printf("\"target\":%.2f,\"ok\":%s}\n", target, ok ? "true" : "false");
+    else
+      printf("\"target\":null,\"ok\":null}\n");
+    return;
+  }
+  char mn[24], gf[16], bu[24], ra[16], ta[16];
+  snprintf(mn, sizeof mn, isnan(min) ? "-" : "%.1f", min);
+  snprintf(gf, sizeof gf, isnan(gflops) ? "-" : "%.1f", gflops);
+  snprintf(bu, sizeof bu, isnan(baseline_us) ? "-" : "%.1f", baseline_us);
+  snprintf(ra, sizeof ra, isnan(ratio) ? "-" : "%.3f", ratio);
+  snprintf(ta, sizeof ta, has_target ? "%.2f" : "-", target);
+  printf("%-15s %-5s %-21s %7d %-5s %4d %11.1f %11s %7s %-14s %11s %7s %6s %3s\n", name, "f32",
+         shape, threads, sched, reps, median, mn, gf, isnan(baseline_us) ? "-" : baseline, bu, ra,
+         ta, has_target ? (ok ? "yes" : "no") : "-");
+}
+
+typedef struct gemm_sums {
+  double single, grid, halves;           /* all 8 */
+  double single_fwd, halves_fwd;         /* the forward 3 */
+  double single_min, grid_min, halves_min, single_fwd_min, halves_fwd_min;
+  double flops, fwd_flops;
+} gemm_sums;
+
+static gemm_sums sum_gemms(void) {
+  gemm_sums s = {0};
+  for (int i = 0; i < N_GEMMS; i++) {
+    const config *c1 = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_SINGLE)];
+    const config *cg = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_GRID)];
+    const config *c2 = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_HALVES)];
+    s.single += c1->median_us, s.single_min += c1->min_us;
+    s.grid += cg->median_us, s.grid_min += cg->min_us;
+    s.halves += c2->median_us, s.halves_min += c2->min_us;
+    s.flops += gemm_flops(&GEMMS[i]);
+    if (!GEMMS[i].backward) {
+      s.single_fwd += c1->median_us, s.single_fwd_min += c1->min_us;
+      s.halves_fwd += c2->median_us, s.halves_fwd_min += c2->min_us;
+      s.fwd_flops += gemm_flops(&GEMMS[i]);
+    }
+  }
+  return s;
+}
+
+static void print_rows(const options *opt, int reps, const results *res, const gemm_sums *gs) {
+  /* Steps, forwards, direct. */
+  for (int c = 0; c < n_configs; c++) {
+    const config *cf = &CONFIGS[c];
+    if (cf->kind == C_GEMM) continue;
+    int two = cf->threads == 2;
+    double base = cf->kind == C_FWD ? (two ? gs->halves_fwd : gs->single_fwd)
+                                    : (two ? gs->halves : gs->single);
+    const char *bname = cf->kind == C_FWD ? (two ? "gemm_fwd_omp2" : "gemm_fwd_sum")
+                                          : (two ? "gemm_omp2_sum" : "gemm_sum");
+    double target = cf->kind == C_STEP && strcmp(cf->sched, "ws") == 0 ? TARGET_ROOFLINE : NAN;
+    const char *name = cf->kind == C_STEP ? "step" : cf->kind == C_FWD ? "forward" : "direct_step";
+    print_row(opt, name, MODEL_SHAPE, cf->threads, cf->sched, reps, cf->median_us, cf->min_us,
+              cf->kind == C_FWD ? res->fwd_flops : res->step_flops, bname, base, target);
+  }
+  /* Backward (with the update) over forward. */
+  for (int r = 0; r < N_RUNTIMES; r++) {
+    const config *st = &CONFIGS[find_config(C_STEP, RUNTIMES[r].sched, RUNTIMES[r].threads, 0, 0)];
+    const config *fw = &CONFIGS[find_config(C_FWD, RUNTIMES[r].sched, RUNTIMES[r].threads, 0, 0)];
+    print_row(opt, "bwd_fwd", MODEL_SHAPE, st->threads, st->sched, reps,
+              st->median_us - fw->median_us, NAN, res->step_flops - res->fwd_flops, "forward",
+              fw->median_us, TARGET_BWD_FWD);
+  }
+  /* Each GEMM, then the sums. */
+  for (int v = GV_SINGLE; v <= GV_HALVES; v++)
+    for (int i = 0; i < N_GEMMS; i++) {
+      const gemm *g = &GEMMS[i];
+      const config *cf = &CONFIGS[find_config(C_GEMM, NULL, 0, i, (gemm_variant)v)];
+      const config *c1 = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_SINGLE)];
+      char name[32], shape[96];
+      snprintf(name, sizeof name, "%s", GV_NAMES[v]);
+      snprintf(shape, sizeof shape, "%.7s %dx%dx%d %c%c", g->name, g->M, g->K, g->N,
+               g->ta ? 'T' : 'N', g->tb ? 'T' : 'N');
+      print_row(opt, name, shape, cf->threads, cf->sched, reps, cf->median_us, cf->min_us,
+                gemm_flops(g), v == GV_SINGLE ? "" : "gemm", v == GV_SINGLE ? NAN : c1->median_us,
+                NAN);
+    }
+  print_row(opt, "gemm_sum", "8 GEMMs", 1, "blas", reps, gs->single, gs->single_min, gs->flops, "",
+            NAN, NAN);
+  print_row(opt, "gemm_grid64_sum", "8 GEMMs", 1, "blas", reps, gs->grid, gs->grid_min, gs->flops,
+            "gemm_sum", gs->single, NAN);
+  print_row(opt, "gemm_omp2_sum", "8 GEMMs", 2, "omp", reps, gs->halves, gs->halves_min, gs->flops,
+            "gemm_sum", gs->single, NAN);
+  print_row(opt, "gemm_fwd_sum", "3 forward GEMMs", 1, "blas", reps, gs->single_fwd,
+            gs->single_fwd_min, gs->fwd_flops, "", NAN, NAN);
+  print_row(opt, "gemm_fwd_omp2", "3 forward GEMMs", 2, "omp", reps, gs->halves_fwd,
+            gs->halves_fwd_min, gs->fwd_flops, "gemm_fwd_sum", gs->single_fwd, NAN);
+}
+
+static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+static int print_stats(const options *opt) {
+  if (!opt->json)
+    printf("# plan statistics (graft_function_stats after the timed calls): nodes traced, live\n"
+           "# after pruning, scheduled tiles, arena vs one buffer per value (naive), the\n"
+           "# smallest correct arena (load), in-place values, steals in the last call\n"
+           "# %-13s %7s %-5s %6s %6s %6s %9s %9s %8s %7s %7s %6s %10s\n", "name", "threads",
+           "sched", "nodes", "live", "tiles", "arena_MiB", "naive_MiB", "load_MiB",
+           "arena/naive", "inplace", "steals", "compile_ms");
+  for (int c = 0; c < n_configs; c++) {
+    const config *cf = &CONFIGS[c];
+    if (!cf->f) continue;
+    graft_plan_stats st;
+    if (report(graft_function_stats(cf->f, &st), "graft_function_stats", cf->f)) return -1;
+    const char *name = cf->kind == C_STEP ? "stats_step" : "stats_forward";
+    double ratio = st.naive_bytes ? (double)st.arena_bytes / (double)st.naive_bytes : NAN;
+    if (opt->json)
+      printf("{\"type\":\"stats\",\"name\":\"%s\",\"threads\":%d,\"sched\":\"%s\",\"nodes\":%" PRId64
+             ",\"live_nodes\":%" PRId64 ",\"pruned_nodes\":%" PRId64 ",\"tiles\":%" PRId64
+             ",\"arena_bytes\":%" PRId64 ",\"naive_bytes\":%" PRId64 ",\"load_bytes\":%" PRId64
+             ",\"bound_bytes\":%" PRId64 ",\"inplace\":%" PRId64 ",\"parts\":%" PRId64
+             ",\"steals\":%" PRId64 ",\"compile_us\":%.1f,\"planner_us\":%.1f,"
+             "\"planner_exact\":%d,\"arena_over_naive\":%.4f}\n",
+             name, cf->threads, cf->sched, st.nodes, st.live_nodes, st.pruned_nodes, st.tiles,
+             st.arena_bytes, st.naive_bytes, st.load_bytes, st.bound_bytes, st.inplace, st.parts,
+             st.steals, st.compile_us, st.planner_us, st.planner_exact, ratio);
+    else
+      printf("%-15s %7d %-5s %6" PRId64 " %6" PRId64 " %6" PRId64 " %9.2f %9.2f %8.2f %11.3f %7" PRId64
+             " %6" PRId64 " %10.2f\n",
+             name, cf->threads, cf->sched, st.nodes, st.live_nodes, st.tiles, mib(st.arena_bytes),
+             mib(st.naive_bytes), mib(st.load_bytes), ratio, st.inplace, st.steals,
+             st.compile_us * 1e-3);
+  }
+  return 0;
+}
+
+static void print_check(const options *opt, const char *name, int ok, const char *detail) {
+  if (opt->json) {
+    printf("{\"type\":\"check\",\"name\":\"%s\",\"ok\":%s,\"detail\":", name, ok ? "true" : "false");
+    bench_json_str(detail);
+    printf("}\n");
+  } else {
+    printf("check %-16s %-4s %s\n", name, ok ? "ok" : "FAIL", detail);
+  }
+}
+
+/* Returns 0 when every check that must hold holds. */
+static int print_checks(const options *opt, const run_state *s, const results *res) {
+  char buf[4096];
+  int failed = 0;
+  if (!opt->json) printf("# checks\n");
+
+  const check_result *dc = &res->direct_check;
+  snprintf(buf, sizeof buf,
+           "first step from the same weights: loss graft %.6f, direct %.6f; max |update diff| / "
+           "max |update| %.2e (worst: variable %d)",
+           dc->loss_graft, dc->loss_direct, dc->worst_rel, dc->worst_var);
+  print_check(opt, "vs_direct", dc->ok, buf);
+  failed |= !dc->ok;
+
+  const loss_log *L = &s->losses;
+  int ups = 0, finite = L->n > 1;
+  for (int i = 0; i < L->n; i++) finite &= isfinite(L->v[i]) != 0;
+  for (int i = 1; i < L->n; i++) ups += L->v[i] > L->v[i - 1];
+  int ok = finite && L->n > 1 && L->v[L->n - 1] < L->v[0];
+  int at = snprintf(buf, sizeof buf, "%d timed steps (ws/1, ws/2, seq in call order): %.4f -> %.4f, %d increases;",
+                    L->n, L->n ? L->v[0] : NAN, L->n ? L->v[L->n - 1] : NAN, ups);
+  for (int i = 0; i < L->n && at < (int)sizeof buf - 16; i++)
+    at += snprintf(buf + at, sizeof buf - (size_t)at, " %.4f", L->v[i]);
+  print_check(opt, "loss_decreases", ok, buf);
+  failed |= !ok;
+
+  at = snprintf(buf, sizeof buf,
+                "step: %d live matmul nodes, %.4f GFLOP, %d of %d expected GEMMs matched; forward: "
+                "%d nodes, %.4f GFLOP, %d of 3 matched; expected %.4f GFLOP per step:",
+                res->step_mm, res->step_flops * 1e-9, res->step_matched, N_GEMMS, res->fwd_mm,
+                res->fwd_flops * 1e-9, res->fwd_matched, sum_gemms().flops * 1e-9);
+  for (int i = 0; i < res->step_mm && i < 32 && at < (int)sizeof buf - 64; i++) {
+    const emitted_mm *e = &res->step_list[i];
+    char tr[4];
+    trans_str(e, tr, sizeof tr);
+    at += snprintf(buf + at, sizeof buf - (size_t)at, " #%u %s %" PRId64 "x%" PRId64 "x%" PRId64 " %s;",
+                   e->id, e->backward ? "bwd" : "fwd", e->M, e->K, e->N, tr);
+  }
+  /* Informative: graft may legitimately emit other matmuls; flops follow them. */
+  print_check(opt, "emitted_gemms",
+              res->step_mm == N_GEMMS && res->step_matched == N_GEMMS && res->fwd_matched == 3, buf);
+
+  snprintf(buf, sizeof buf, "the gemm_omp2 row halves ran on %s", s->halves_parallel ? "two threads" : "ONE thread");
+  print_check(opt, "omp2_two_threads", s->halves_parallel, buf);
+  return failed ? -1 : 0;
+}
+
+static void print_breakdown(const options *opt, const results *res, const gemm_sums *gs) {
+  if (!opt->json)
+    printf("# where a step's time goes: a ws runtime writing a Chrome trace (GRAFT_TRACE), %d\n"
+           "# steps after one warm-up, event durations summed by part and op (per step);\n"
+           "# tracing itself costs a little; share = us / wall\n"
+           "# %-13s %7s %-9s %-22s %6s %6s %11s %7s\n", BREAKDOWN_STEPS, "name", "threads", "part",
+           "op", "nodes", "tiles", "us_per_step", "share");
+  for (int k = 0; k < 2; k++) {
+    if (!res->have_bd[k]) continue;
+    const breakdown *b = &res->bd[k];
+    for (int i = 0; i < b->n_ops; i++) {
+      const op_time *o = &b->ops[i];
+      if (opt->json)
+        printf("{\"type\":\"op_time\",\"threads\":%d,\"part\":\"%s\",\"op\":\"%s\",\"nodes\":%d,"
+               "\"tiles\":%" PRId64 ",\"us_per_step\":%.3f,\"share\":%.4f}\n",
+               b->threads, o->part, o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
+      else if (b->threads == 1 || i < 6) /* 2 threads: the largest only */
+        printf("%-15s %7d %-9s %-22s %6d %6" PRId64 " %11.1f %7.3f\n", "op_time", b->threads,
+               o->part, o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
+    }
+    double idle = b->threads * b->wall_us - b->busy_us;
+    if (opt->json) {
+      printf("{\"type\":\"gap\",\"threads\":%d,\"wall_us\":%.3f,\"busy_us\":%.3f,\"matmul_us\":%.3f,"
+             "\"other_ops_us\":%.3f,\"idle_us\":%.3f,\"gemm_roofline_us\":%.3f,"
+             "\"gemm_grid64_us\":%.3f}\n",
+             b->threads, b->wall_us, b->busy_us, b->matmul_us, b->other_us, idle,
+             b->threads == 1 ? gs->single : gs->halves, gs->grid);
+    } else {
+      double roof = b->threads == 1 ? gs->single : gs->halves;
+      printf("# gap at %d thread%s (traced): wall %.1f us/step vs GEMM roofline %.1f us (%+.1f us):\n"
+             "#   matmul tiles %.1f us (direct single GEMMs %.1f, in 64-row blocks %.1f, per "
+             "thread)%s\n"
+             "#   other ops %.1f us, workers idle or between tiles %.1f us (threads x wall - busy)\n",
+             b->threads, b->threads == 1 ? "" : "s", b->wall_us, roof, b->wall_us - roof,
+             b->matmul_us, gs->single, gs->grid, b->threads == 1 ? "" : " summed over workers",
+             b->other_us, idle);
+    }
+  }
+}
+
+/* ---- command line ------------------------------------------------------------- */
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "usage: bench_mlp [--json] [--reps N]\n"
+          "  --json    one JSON object per line (a header, then rows, stats, checks)\n"
+          "  --reps N  timed repetitions per config (>= %d, default %d)\n",
+          MIN_REPS, DEFAULT_REPS);
+}
+
+static int parse_args(int argc, char **argv, options *opt) {
+  memset(opt, 0, sizeof *opt);
+  opt->reps = DEFAULT_REPS;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(arg, "--json") == 0) {
+      opt->json = 1;
+    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      usage(stdout);
+      exit(0);
+    } else if (strcmp(arg, "--reps") == 0 && val) {
+      char *end;
+      long r = strtol(val, &end, 10);
+      if (*end || r < MIN_REPS || r > 100000) {
+        fprintf(stderr, "bench_mlp: --reps needs an integer >= %d\n", MIN_REPS);
+        return -1;
+      }
+      opt->reps = (int)r;
+      i++;
+    } else {
+      usage(stderr);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The emitted matmuls of the step and of the forward, from their DOT. */
+static int read_emitted(results *res) {
+  graph_info gi;
+  emitted_mm list[32];
+  int st = find_config(C_STEP, "ws", 1, 0, 0), fw = find_config(C_FWD, "ws", 1, 0, 0);
+  if (graph_info_read(CONFIGS[st].f, &gi)) return -1;
+  res->step_mm = graph_matmuls(&gi, res->step_list, 32);
+  res->step_flops = 0.0;
+  for (int i = 0; i < res->step_mm && i < 32; i++) res->step_flops += mm_flops(&res->step_list[i]);
+  res->step_matched = match_gemms(res->step_list, res->step_mm < 32 ? res->step_mm : 32, 1);
+  graph_info_free(&gi);
+  if (graph_info_read(CONFIGS[fw].f, &gi)) return -1;
+  res->fwd_mm = graph_matmuls(&gi, list, 32);
+  res->fwd_flops = 0.0;
+  for (int i = 0; i < res->fwd_mm && i < 32; i++) res->fwd_flops += mm_flops(&list[i]);
+  res->fwd_matched = match_gemms(list, res->fwd_mm < 32 ? res->fwd_mm : 32, 0);
+  graph_info_free(&gi);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options opt;
+  if (parse_args(argc, argv, &opt)) return 2;
+  bench_info info;
+  if (bench_info_collect(&info)) {
+    fprintf(stderr, "bench_mlp: out of memory\n");
+    return 1;
+  }
+  char blas[320];
+  bench_setup_blas(blas, sizeof blas);
+
+  model m;
+  direct d;
+  memset(&d, 0, sizeof d);
+  static results res;
+  run_state s = {.m = &m, .d = &d};
+  int rc = 1;
+  int ok_setup = model_create(&m) == 0 && direct_create(&d, &m) == 0 && gemms_create() == 0 &&
+                 create_configs(&m) == 0;
+  if (ok_setup) {
+    print_header(&info, blas, &opt);
+    fflush(stdout);
+    long cpus_before = bench_thread_cpus();
+    if (check_against_direct(&s, &res.direct_check) == 0 && run(&s, opt.reps) == 0 &&
+        read_emitted(&res) == 0) {
+      for (int k = 0; k < 2; k++) res.have_bd[k] = run_breakdown(&m, k + 1, &res.bd[k]) == 0;
+      gemm_sums gs = sum_gemms();
+      print_rows(&opt, opt.reps, &res, &gs);
+      if (print_stats(&opt) == 0) {
+        print_breakdown(&opt, &res, &gs);
+        rc = print_checks(&opt, &s, &res) == 0 ? 0 : 1;
+      }
+      bench_footer_print(cpus_before, bench_thread_cpus(), opt.json);
+    }
+  }
+  destroy_configs();
+  gemms_destroy();
+  direct_destroy(&d);
+  model_destroy(&m);
+  free(s.losses.v);
+  bench_info_free(&info);
+  if (rc) fprintf(stderr, "bench_mlp: failed\n");
+  return rc;
+}
