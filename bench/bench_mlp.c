@@ -20,8 +20,9 @@
  *   gemm_omp2    each of them cut into two row halves run by a plain
  *                `#pragma omp parallel for num_threads(2)` loop; their sum
  *                is the 2-thread roofline;
- *   gemm_grid64  each of them as one call per 64-row block, the calls
- *                graft's matmul kernel makes (to split the gap, not a target);
+ *   gemm_cols64  each of them as one call per run of 64 output columns,
+ *                the calls graft's matmul tiles make at the default grain
+ *                (to split the gap, not a target);
  *   direct       the whole step in plain C: the same single GEMM calls plus
  *                plain loops for bias, relu, softmax cross-entropy, their
  *                gradients and the update, on its own copy of the weights.
@@ -68,8 +69,8 @@
 #define WARMUP_CALLS 2
 #define TARGET_REP_US 4000.0
 #define MAX_INNER 1000
-#define GRID_ROWS 64          /* graft's matmul row block (src/kernels/matmul.c) */
-#define BREAKDOWN_STEPS 5
+#define TILE_COLS 64          /* graft's GEMM tile width here (GRAFT__MM_MIN_COLS) */
+#define BREAKDOWN_STEPS 9
 #define TARGET_ROOFLINE 1.10
 #define TARGET_BWD_FWD 2.20
 #define MAX_CONFIGS 48
@@ -295,16 +296,24 @@ static void gemm_rows(const gemm *g, int r0, int r1) {
               g->c + (size_t)r0 * g->ldc, g->ldc);
 }
 
-typedef enum gemm_variant { GV_SINGLE, GV_GRID, GV_HALVES } gemm_variant;
-static const char *const GV_NAMES[] = {"gemm", "gemm_grid64", "gemm_omp2"};
+/* Columns [j0, j1) of op(a) @ op(b); a transposed b's columns are its rows. */
+static void gemm_cols(const gemm *g, int j0, int j1) {
+  const float *b = g->tb ? g->b + (size_t)j0 * g->ldb : g->b + j0;
+  cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+              g->M, j1 - j0, g->K, 1.0f, g->a, g->lda, b, g->ldb, 0.0f, g->c + j0, g->ldc);
+}
+
+typedef enum gemm_variant { GV_SINGLE, GV_COLS, GV_HALVES } gemm_variant;
+static const char *const GV_NAMES[] = {"gemm", "gemm_cols64", "gemm_omp2"};
 
 /* One GEMM as the variant cuts it; 1 if the two halves ran on distinct
  * OpenMP threads (GV_HALVES), else 0. */
 static int gemm_run(const gemm *g, gemm_variant v) {
   if (v == GV_SINGLE) {
     gemm_rows(g, 0, g->M);
-  } else if (v == GV_GRID) {
-    for (int r = 0; r < g->M; r += GRID_ROWS) gemm_rows(g, r, r + GRID_ROWS < g->M ? r + GRID_ROWS : g->M);
+  } else if (v == GV_COLS) {
+    for (int j = 0; j < g->N; j += TILE_COLS)
+      gemm_cols(g, j, j + TILE_COLS < g->N ? j + TILE_COLS : g->N);
   } else {
     int tid[2] = {-1, -1};
     /* The build always has OpenMP; a syntax check without it sees no pragma. */
@@ -840,8 +849,8 @@ typedef struct op_time {
 
 typedef struct breakdown {
   int threads, steps;
-  double wall_us;           /* per step, mean */
-  double busy_us;           /* summed event durations per step, all workers */
+  double wall_us;           /* median over the steps */
+  double busy_us;           /* per-tile medians summed, all workers */
   double matmul_us, other_us;
   int n_ops;
   op_time ops[MAX_OP_KINDS];
@@ -863,55 +872,99 @@ static int cmp_op_time(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
-/* Sums the Chrome trace from offset on by (part, op). */
-static int breakdown_parse(const char *path, long offset, const graph_info *gi, breakdown *b) {
+/* One kernel run of the trace: a tile of a node. */
+typedef struct tile_event {
+  uint32_t node;
+  int32_t tile;
+  double us;
+} tile_event;
+
+static int cmp_tile_event(const void *a, const void *b) {
+  const tile_event *x = a, *y = b;
+  if (x->node != y->node) return (x->node > y->node) - (x->node < y->node);
+  if (x->tile != y->tile) return (x->tile > y->tile) - (x->tile < y->tile);
+  return (x->us > y->us) - (x->us < y->us);
+}
+
+/* Reads the kernel events of the Chrome trace from offset on. */
+static int read_events(const char *path, long offset, tile_event **out, int64_t *n_out) {
   FILE *fp = fopen(path, "r");
   if (!fp || fseek(fp, offset, SEEK_SET) != 0) {
     fprintf(stderr, "bench_mlp: cannot read the trace %s\n", path);
     if (fp) fclose(fp);
     return -1;
   }
-  uint8_t *seen = calloc((size_t)(gi->n ? gi->n : 1), 1);
-  if (!seen) {
-    fclose(fp);
-    return -1;
-  }
+  tile_event *ev = NULL;
+  int64_t n = 0, cap = 0;
   char line[1024];
+  int rc = 0;
   while (fgets(line, sizeof line, fp)) {
     const char *p = strstr(line, "{\"name\":\"");
     if (!p || !strstr(p, "\"ph\":\"X\"")) continue;
-    char op[32];
-    unsigned node;
-    const char *dur = strstr(p, "\"dur\":");
-    if (!dur || sscanf(p, "{\"name\":\"%31[^ \"] #%u\"", op, &node) != 2) continue;
-    double us = strtod(dur + 6, NULL);
-    op_time *o = op_slot(b, graph_part(gi, node), op);
-    if (!o) continue;
-    o->us += us;
-    o->tiles++;
-    if ((int)node < gi->n && !seen[node]) seen[node] = 1, o->nodes++;
-    b->busy_us += us;
-    if (strcmp(op, "matmul") == 0)
-      b->matmul_us += us;
-    else
-      b->other_us += us;
+    const char *hash = strstr(p, " #"), *dur = strstr(p, "\"dur\":"),
+               *tile = strstr(p, "\"tile\":");
+    if (!hash || !dur || !tile) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 1024;
+      tile_event *grown = realloc(ev, (size_t)cap * sizeof *ev);
+      if (!grown) {
+        fprintf(stderr, "bench_mlp: out of memory\n");
+        rc = -1;
+        break;
+      }
+      ev = grown;
+    }
+    ev[n++] = (tile_event){(uint32_t)strtoul(hash + 2, NULL, 10),
+                           (int32_t)strtol(tile + 7, NULL, 10), strtod(dur + 6, NULL)};
   }
   fclose(fp);
-  free(seen);
-  for (int i = 0; i < b->n_ops; i++) {
-    b->ops[i].us /= b->steps;
-    b->ops[i].tiles /= b->steps;
+  *out = ev;
+  *n_out = n;
+  return rc;
+}
+
+/* Sums the trace by (part, op): each tile counts with the median of its
+ * durations over the steps, so a step in which the thread was preempted
+ * (other load on the machine) does not inflate the sums. */
+static int breakdown_parse(const char *path, long offset, const graph_info *gi, breakdown *b) {
+  tile_event *ev = NULL;
+  int64_t n = 0;
+  if (read_events(path, offset, &ev, &n)) {
+    free(ev);
+    return -1;
   }
-  b->busy_us /= b->steps;
-  b->matmul_us /= b->steps;
-  b->other_us /= b->steps;
+  uint8_t *seen = calloc((size_t)(gi->n ? gi->n : 1), 1);
+  if (!seen) {
+    free(ev);
+    fprintf(stderr, "bench_mlp: out of memory\n");
+    return -1;
+  }
+  qsort(ev, (size_t)n, sizeof *ev, cmp_tile_event);
+  for (int64_t i = 0, j; i < n; i = j) {
+    for (j = i; j < n && ev[j].node == ev[i].node && ev[j].tile == ev[i].tile;) j++;
+    int64_t c = j - i;
+    double med = c % 2 ? ev[i + c / 2].us : 0.5 * (ev[i + c / 2 - 1].us + ev[i + c / 2].us);
+    uint32_t node = ev[i].node;
+    const char *op = (int)node < gi->n && gi->nodes[node].op[0] ? gi->nodes[node].op : "?";
+    op_time *o = op_slot(b, graph_part(gi, node), op);
+    if (!o) continue;
+    o->us += med;
+    o->tiles++;
+    if ((int)node < gi->n && !seen[node]) seen[node] = 1, o->nodes++;
+    b->busy_us += med;
+    if (strcmp(op, "matmul") == 0)
+      b->matmul_us += med;
+    else
+      b->other_us += med;
+  }
+  free(seen);
+  free(ev);
   qsort(b->ops, (size_t)b->n_ops, sizeof b->ops[0], cmp_op_time);
   return 0;
 }
 
 /* Runs a step function on a fresh ws runtime that writes a Chrome trace:
- * one call to trace and compile, then BREAKDOWN_STEPS calls whose events
- * are summed. */
+ * one call to trace and compile, then BREAKDOWN_STEPS calls. */
 static int run_breakdown(model *m, int threads, breakdown *b) {
   memset(b, 0, sizeof *b);
   b->threads = threads;
@@ -926,16 +979,19 @@ static int run_breakdown(model *m, int threads, breakdown *b) {
   rt_spec r = {"ws", threads, NULL, ""};
   graft_function *f = NULL;
   graph_info gi = {0};
+  double wall[BREAKDOWN_STEPS];
   int rc = -1;
   if (create_runtime(&r, path) || create_function(r.rt, m, C_STEP, &f)) goto out;
   graft_tensor *in[2] = {m->tx, m->tlabels};
   if (report(graft_function_call(f, 2, in, 1, &m->tloss), "graft_function_call", f)) goto out;
   struct stat sb;
   if (stat(path, &sb) != 0) goto out;
-  double t0 = bench_now_us();
-  for (int i = 0; i < b->steps; i++)
+  for (int i = 0; i < b->steps; i++) {
+    double t0 = bench_now_us();
     if (report(graft_function_call(f, 2, in, 1, &m->tloss), "graft_function_call", f)) goto out;
-  b->wall_us = (bench_now_us() - t0) / b->steps;
+    wall[i] = bench_now_us() - t0;
+  }
+  b->wall_us = bench_median(wall, b->steps);
   if (graph_info_read(f, &gi)) goto out;
   graft_function_destroy(f);
   f = NULL;
@@ -996,7 +1052,7 @@ static void print_header(const bench_info *info, const char *blas, const options
          "# baseline_us: step and forward against the sum of their GEMMs called directly\n"
          "# (gemm_sum: one cblas_sgemm each, 1 thread; gemm_omp2_sum: two row halves under\n"
          "# omp parallel for num_threads(2)); bwd_fwd: median_us = step - forward, baseline =\n"
-         "# forward; gemm_grid64 / gemm_omp2 rows against the single call.  gemm shapes are\n"
+         "# forward; gemm_cols64 / gemm_omp2 rows against the single call.  gemm shapes are\n"
          "# MxKxN ([M,K] @ [K,N]) and the transposes of a and b (N or T)\n");
   printf("# %-13s %-5s %-21s %7s %-5s %4s %11s %11s %7s %-14s %11s %7s %6s %3s\n", "name",
          "dtype", "shape", "threads", "sched", "reps", "median_us", "min_us", "gflops",
@@ -1045,9 +1101,9 @@ static void print_row(const options *opt, const char *name, const char *shape, i
 }
 
 typedef struct gemm_sums {
-  double single, grid, halves;           /* all 8 */
+  double single, cols, halves;           /* all 8 */
   double single_fwd, halves_fwd;         /* the forward 3 */
-  double single_min, grid_min, halves_min, single_fwd_min, halves_fwd_min;
+  double single_min, cols_min, halves_min, single_fwd_min, halves_fwd_min;
   double flops, fwd_flops;
 } gemm_sums;
 
@@ -1055,10 +1111,10 @@ static gemm_sums sum_gemms(void) {
   gemm_sums s = {0};
   for (int i = 0; i < N_GEMMS; i++) {
     const config *c1 = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_SINGLE)];
-    const config *cg = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_GRID)];
+    const config *cg = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_COLS)];
     const config *c2 = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_HALVES)];
     s.single += c1->median_us, s.single_min += c1->min_us;
-    s.grid += cg->median_us, s.grid_min += cg->min_us;
+    s.cols += cg->median_us, s.cols_min += cg->min_us;
     s.halves += c2->median_us, s.halves_min += c2->min_us;
     s.flops += gemm_flops(&GEMMS[i]);
     if (!GEMMS[i].backward) {
@@ -1109,7 +1165,7 @@ static void print_rows(const options *opt, int reps, const results *res, const g
     }
   print_row(opt, "gemm_sum", "8 GEMMs", 1, "blas", reps, gs->single, gs->single_min, gs->flops, "",
             NAN, NAN);
-  print_row(opt, "gemm_grid64_sum", "8 GEMMs", 1, "blas", reps, gs->grid, gs->grid_min, gs->flops,
+  print_row(opt, "gemm_cols64_sum", "8 GEMMs", 1, "blas", reps, gs->cols, gs->cols_min, gs->flops,
             "gemm_sum", gs->single, NAN);
   print_row(opt, "gemm_omp2_sum", "8 GEMMs", 2, "omp", reps, gs->halves, gs->halves_min, gs->flops,
             "gemm_sum", gs->single, NAN);
@@ -1194,7 +1250,8 @@ static int print_checks(const options *opt, const run_state *s, const results *r
 
   at = snprintf(buf, sizeof buf,
                 "step: %d live matmul nodes, %.4f GFLOP, %d of %d expected GEMMs matched; forward: "
-                "%d nodes, %.4f GFLOP, %d of 3 matched; expected %.4f GFLOP per step:",
+                "%d nodes, %.4f GFLOP, %d of 3 matched; expected %.4f GFLOP per step; node part MxKxN "
+                "trans (? = a square operand, the shapes cannot tell):",
                 res->step_mm, res->step_flops * 1e-9, res->step_matched, N_GEMMS, res->fwd_mm,
                 res->fwd_flops * 1e-9, res->fwd_matched, sum_gemms().flops * 1e-9);
   for (int i = 0; i < res->step_mm && i < 32 && at < (int)sizeof buf - 64; i++) {
@@ -1216,8 +1273,9 @@ static int print_checks(const options *opt, const run_state *s, const results *r
 static void print_breakdown(const options *opt, const results *res, const gemm_sums *gs) {
   if (!opt->json)
     printf("# where a step's time goes: a ws runtime writing a Chrome trace (GRAFT_TRACE), %d\n"
-           "# steps after one warm-up, event durations summed by part and op (per step);\n"
-           "# tracing itself costs a little; share = us / wall\n"
+           "# steps after one warm-up; each tile counts with its median duration over the\n"
+           "# steps (robust to preemption), summed by part and op; wall: the median step\n"
+           "# (tracing itself costs a little); share = us / wall\n"
            "# %-13s %7s %-9s %-22s %6s %6s %11s %7s\n", BREAKDOWN_STEPS, "name", "threads", "part",
            "op", "nodes", "tiles", "us_per_step", "share");
   for (int k = 0; k < 2; k++) {
@@ -1237,18 +1295,19 @@ static void print_breakdown(const options *opt, const results *res, const gemm_s
     if (opt->json) {
       printf("{\"type\":\"gap\",\"threads\":%d,\"wall_us\":%.3f,\"busy_us\":%.3f,\"matmul_us\":%.3f,"
              "\"other_ops_us\":%.3f,\"idle_us\":%.3f,\"gemm_roofline_us\":%.3f,"
-             "\"gemm_grid64_us\":%.3f}\n",
+             "\"gemm_cols64_us\":%.3f}\n",
              b->threads, b->wall_us, b->busy_us, b->matmul_us, b->other_us, idle,
-             b->threads == 1 ? gs->single : gs->halves, gs->grid);
+             b->threads == 1 ? gs->single : gs->halves, gs->cols);
     } else {
       double roof = b->threads == 1 ? gs->single : gs->halves;
-      printf("# gap at %d thread%s (traced): wall %.1f us/step vs GEMM roofline %.1f us (%+.1f us):\n"
-             "#   matmul tiles %.1f us (direct single GEMMs %.1f, in 64-row blocks %.1f, per "
-             "thread)%s\n"
-             "#   other ops %.1f us, workers idle or between tiles %.1f us (threads x wall - busy)\n",
-             b->threads, b->threads == 1 ? "" : "s", b->wall_us, roof, b->wall_us - roof,
-             b->matmul_us, gs->single, gs->grid, b->threads == 1 ? "" : " summed over workers",
-             b->other_us, idle);
+      printf("# gap at %d thread%s (traced): wall %.1f us/step, roofline %.1f us (%s), %+.1f us:\n"
+             "#   busy in matmul %.1f us%s; the same GEMMs direct: %.1f us single calls, %.1f us "
+             "in 64-column tiles\n"
+             "#   busy in other ops %.1f us; idle or between tiles %.1f us (threads x wall - busy)\n",
+             b->threads, b->threads == 1 ? "" : "s", b->wall_us, roof,
+             b->threads == 1 ? "gemm_sum" : "gemm_omp2_sum", b->wall_us - roof, b->matmul_us,
+             b->threads == 1 ? "" : " (summed over workers)", gs->single, gs->cols, b->other_us,
+             idle);
     }
   }
 }

@@ -10,11 +10,9 @@
  *               the partitioner's balance and the tiler's grain
  *   tile        how the scheduler may split the op's units into tiles:
  *               UNITS any split (elementwise, shape ops, reductions by output
- *               element, softmax rows); GEMM row blocks cut only at
- *               graft__matmul_align points; ONE never split
- *
- * src/kernels/ and (later) src/grad/ expand this list into their own tables,
- * each checked against GRAFT__OP_COUNT at compile time.
+ *               element, softmax rows); GEMM column blocks of at least
+ *               GRAFT__MM_MIN_COLS columns within one batch (each one gemm
+ *               call), or whole batches; ONE never split
  */
 #ifndef GRAFT_OP_MAP_H
 #define GRAFT_OP_MAP_H

@@ -19,7 +19,7 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
  * M * K elements packed), and tile widths are multiples of
  * GRAFT__MM_COL_ALIGN columns so that only a batch's last tile has a
  * ragged edge. */
-#define GRAFT__MM_MIN_COLS 64
+#define GRAFT__MM_MIN_COLS 256
 #define GRAFT__MM_COL_ALIGN 16
 
 /* The OpenBLAS threading variant as openblas_get_parallel() reports it:

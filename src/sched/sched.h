@@ -14,7 +14,7 @@
 #include "kernels/kernels.h"
 
 /* How a node's units split into tiles: segments of seg units (matmul: one
- * batch's rows) cut every len units; when len > seg, tiles hold len / seg
+ * batch's columns) cut every len units; when len > seg, tiles hold len / seg
  * whole segments.  Depends only on shapes and the grain. */
 typedef struct graft__tiling {
   int64_t units, seg, len;

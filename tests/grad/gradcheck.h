@@ -159,16 +159,16 @@ static inline void gc_split_(const gc_problem *p, graft_tensor *const *in, graft
     gin[i] = NULL;
     if (!gc_is_float(graft_tensor_dtype(in[i]))) continue;
     gin[i] = out[o++];
-    char what[256];
-    snprintf(what, sizeof what, "%s: gradient of input %d", ctx, i);
+    char what[400];
+    snprintf(what, sizeof what, "%.300s: gradient of input %d", ctx, i);
     tu_assert_tensor(gin[i], graft_tensor_dtype(in[i]), graft_tensor_rank(in[i]),
                      graft_tensor_shape(in[i]), what);
   }
   for (int k = 0; k < p->n_var; k++) {
     const graft_tensor *v = graft_variable_value(p->vars[k]);
     gvar[k] = out[o++];
-    char what[256];
-    snprintf(what, sizeof what, "%s: gradient of variable %s", ctx,
+    char what[400];
+    snprintf(what, sizeof what, "%.300s: gradient of variable %s", ctx,
              graft_variable_name(p->vars[k]));
     tu_assert_tensor(gvar[k], graft_tensor_dtype(v), graft_tensor_rank(v), graft_tensor_shape(v),
                      what);
@@ -242,15 +242,15 @@ static inline void gc_numeric(graft_runtime *rt, const gc_problem *p, double ste
     fin[i] = NULL;
     if (!gc_is_float(graft_tensor_dtype(in[i]))) continue;
     fin[i] = tu_tensor_from(GRAFT_F64, graft_tensor_rank(in[i]), graft_tensor_shape(in[i]), NULL);
-    char what[256];
-    snprintf(what, sizeof what, "%s: input %d", ctx, i);
+    char what[400];
+    snprintf(what, sizeof what, "%.300s: input %d", ctx, i);
     gc_fd_tensor_(f, p, in, out, in[i], NULL, step, fin[i], what);
   }
   for (int k = 0; k < p->n_var; k++) {
     graft_tensor *v = gc_copy(graft_variable_value(p->vars[k]));
     fvar[k] = tu_tensor_from(GRAFT_F64, graft_tensor_rank(v), graft_tensor_shape(v), NULL);
-    char what[256];
-    snprintf(what, sizeof what, "%s: variable %s", ctx, graft_variable_name(p->vars[k]));
+    char what[400];
+    snprintf(what, sizeof what, "%.300s: variable %s", ctx, graft_variable_name(p->vars[k]));
     gc_fd_tensor_(f, p, in, out, v, p->vars[k], step, fvar[k], what);
     graft_tensor_destroy(v);
   }
@@ -291,7 +291,7 @@ static inline void gc_assert_sets_close_(const gc_problem *p, graft_tensor *cons
                                          graft_tensor *const *avar, graft_tensor *const *bin,
                                          graft_tensor *const *bvar, gc_tol tol, const char *ctx,
                                          const char *file, int line) {
-  char what[256];
+  char what[400];
   for (int i = 0; i < p->n_in; i++) {
     snprintf(what, sizeof what, "input %d", i);
     gc_assert_close_(ain[i], bin[i], tol, ctx, what, file, line);

@@ -64,7 +64,7 @@ typedef struct in_spec {
 } in_spec;
 
 typedef struct op_case {
-  char name[96];
+  char name[192];
   int op;
   int n_in;
   in_spec in[3];
@@ -566,7 +566,7 @@ static void check_fd(op_case *c, gc_loss_fn loss, const char *order) {
   graft_tensor *in[3];
   make_inputs(c, GRAFT_F64, in);
   gc_problem p = problem_of(c, loss, in);
-  char ctx[160];
+  char ctx[256];
   snprintf(ctx, sizeof ctx, "%s%s (f64 vs finite differences)", c->name, order);
   gc_check(g_rt, &p, c->step ? c->step : GC_STEP, GC_FD_TOL, ctx);
   gc_free(in, c->n_in);
@@ -578,7 +578,7 @@ static void check_f32(op_case *c, gc_loss_fn loss, const char *order) {
   make_inputs(c, GRAFT_F64, in64);
   make_inputs(c, GRAFT_F32, in32);
   gc_problem p64 = problem_of(c, loss, in64), p32 = problem_of(c, loss, in32);
-  char ctx[160];
+  char ctx[256];
   snprintf(ctx, sizeof ctx, "%s%s (f32 vs f64)", c->name, order);
   gc_analytic(g_rt, &p64, NULL, g64, NULL, ctx);
   gc_analytic(g_rt, &p32, NULL, g32, NULL, ctx);

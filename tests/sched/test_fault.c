@@ -62,7 +62,7 @@ typedef struct model {
   graft_variable *w, *acc, *count;
 } model;
 
-/* Batched matmul (a tile per batch), elementwise chains, softmax rows, a
+/* Batched matmul, elementwise chains, softmax rows, a
  * split reduction, a concat of branches, and two assignments. */
 static graft_status step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                          graft_value **out, void *user) {
