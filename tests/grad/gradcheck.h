@@ -9,7 +9,10 @@
  * compiles a function that returns only the loss and perturbs one element
  * at a time, x + h and x - h (the step actually taken is read back in the
  * input's dtype, so rounding of the perturbed value is accounted for), and
- * returns (L+ - L-) / (x+ - x-).  gc_check compares the two.
+ * returns (L+ - L-) / (x+ - x-).  gc_check compares the two;
+ * gc_check_signature does so for several input shapes through one function
+ * with a declared (symbolic) signature.  gc_fn_* expose the compiled
+ * gradient function itself (other runtimes, stats, repeated calls).
  *
  * Integer inputs (labels) are neither differentiated nor perturbed: their
  * gradient slots stay NULL.
@@ -319,6 +322,35 @@ static inline void gc_check(graft_runtime *rt, const gc_problem *p, double step,
   gc_free(nvar, p->n_var);
 }
 
+/* One gradient function with the declared signature sig, called on the
+ * inputs of each of the n problems p[0..n) (same loss, user and variables;
+ * inputs of different concrete shapes matching sig): each call's gradients
+ * against central differences, and the callback traced once in all. */
+static inline void gc_check_signature(graft_runtime *rt, const graft_signature *sig, int n,
+                                      const gc_problem *p, double step, gc_tol tol,
+                                      const char *ctx) {
+  gc_fn g;
+  gc_fn_open(&g, rt, &p[0], 1, sig);
+  for (int b = 0; b < n; b++) {
+    char what[400];
+    snprintf(what, sizeof what, "%.300s: call %d (dim 0 of input 0 is %lld)", ctx, b + 1,
+             (long long)(graft_tensor_rank(p[b].in[0]) ? graft_tensor_shape(p[b].in[0])[0] : 0));
+    graft_tensor *out[1 + GC_MAX_IN + GC_MAX_VARS] = {0};
+    graft_tensor *gin[GC_MAX_IN], *gvar[GC_MAX_VARS], *fin[GC_MAX_IN], *fvar[GC_MAX_VARS];
+    gc_fn_call(&g, p[b].in, out, what);
+    gc_split_(&p[b], p[b].in, out, NULL, gin, gvar, what);
+    gc_numeric(rt, &p[b], step, fin, fvar, what);
+    gc_assert_sets_close(&p[b], gin, gvar, fin, fvar, tol, what);
+    gc_free(gin, p[b].n_in);
+    gc_free(gvar, p[b].n_var);
+    gc_free(fin, p[b].n_in);
+    gc_free(fvar, p[b].n_var);
+  }
+  if (graft_function_trace_count(g.f) != 1)
+    fail_msg("%s: traced %d times, want once", ctx, graft_function_trace_count(g.f));
+  gc_fn_close(&g);
+}
+
 /* Largest |element| over the gradients of a set (a scale for f32 floors). */
 static inline double gc_max_abs(graft_tensor *const *t, int n) {
   double m = 0.0;
@@ -326,14 +358,6 @@ static inline double gc_max_abs(graft_tensor *const *t, int n) {
     for (int64_t j = 0; t[i] && j < graft_tensor_numel(t[i]); j++)
       m = fmax(m, fabs(tu_get(t[i], j)));
   return m;
-}
-
-/* A copy of t converted to dtype dt (integer tensors are copied as they are). */
-static inline graft_tensor *gc_convert(const graft_tensor *t, graft_dtype dt) {
-  if (!gc_is_float(graft_tensor_dtype(t))) return gc_copy(t);
-  graft_tensor *c = tu_tensor_from(dt, graft_tensor_rank(t), graft_tensor_shape(t), NULL);
-  for (int64_t j = 0; j < graft_tensor_numel(t); j++) tu_set(c, j, tu_get(t, j));
-  return c;
 }
 
 #endif /* GRAFT_TEST_GRADCHECK_H */

@@ -353,6 +353,56 @@ static void test_graft_gradients__integer_input_gets_null(void **state) {
   gc_free(in, 2);
 }
 
+/* ---- misuse ------------------------------------------------------------------------------ */
+
+enum { BAD_SEED_SHAPE, BAD_SEED_DTYPE, BAD_POLICY, BAD_COUNT };
+
+typedef struct bad {
+  int kind;
+  graft_status got;
+  int grads_cleared; /* graft_gradients left every grads[i] NULL */
+} bad;
+
+/* in: x [3] f64.  y = sum(exp(x)) (or exp(x) for the seed cases) and one
+ * malformed graft_gradients call; the status it returned is the callback's. */
+static graft_status bad_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                           graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  bad *b = user;
+  graft_value *y = graft_exp(t, in[0]), *seed = NULL, *g[1] = {in[0]};
+  graft_unconnected policy = GRAFT_UNCONNECTED_NONE;
+  const int64_t s2[] = {2};
+  if (b->kind == BAD_SEED_SHAPE) seed = graft_fill(t, GRAFT_F64, 1, s2, 1.0);
+  if (b->kind == BAD_SEED_DTYPE) seed = graft_cast(t, graft_ones_like(t, y), GRAFT_F32);
+  if (b->kind == BAD_POLICY) policy = (graft_unconnected)7;
+  b->got = graft_gradients(t, 1, &y, seed ? &seed : NULL, 1, in, policy, g);
+  b->grads_cleared = g[0] == NULL;
+  out[0] = y;
+  return b->got;
+}
+
+static void test_graft_gradients__bad_seed_or_policy_fails(void **state) {
+  (void)state;
+  static const struct {
+    graft_status want;
+    const char *names;
+  } k_want[BAD_COUNT] = {{GRAFT_ESHAPE, "seed"}, {GRAFT_ESHAPE, "seed"}, {GRAFT_EINVAL, "policy"}};
+  const int64_t s[] = {3};
+  const double xv[] = {1, 2, 3};
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, s, xv)};
+  for (int k = 0; k < BAD_COUNT; k++) {
+    bad b = {k, GRAFT_OK, 0};
+    graft_tensor *out[1] = {NULL};
+    char msg[512], ctx[32];
+    snprintf(ctx, sizeof ctx, "bad case %d", k);
+    graft_status st = tu_run(g_rt, bad_cb, &b, 1, in, 1, out, msg);
+    tu_assert_status(b.got, k_want[k].want);
+    assert_true(b.grads_cleared);
+    tu_assert_run_fails(st, k_want[k].want, out[0], msg, k_want[k].names, ctx);
+  }
+  gc_free(in, 1);
+}
+
 /* ---- finite gradients at 0 ------------------------------------------------------------- */
 
 /* Out: d/dx of sum(where(x > 0, sqrt(where(x > 0, x, 1)), 0)), of
@@ -487,6 +537,31 @@ static void test_graft_custom_gradient__overflowing_region_gets_finite_gradient(
   check_lse(999, 1001, 1.0, "custom lse, x ~ 1000");
 }
 
+static graft_status failing_vjp(graft_trace *t, int n_x, graft_value *const *xs, graft_value *y,
+                                graft_value *gy, graft_value **gxs, void *user) {
+  (void)t, (void)n_x, (void)xs, (void)y, (void)gy, (void)gxs, (void)user;
+  return GRAFT_EUNSUPPORTED;
+}
+
+static graft_status failing_custom_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                      graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *y = graft_custom_gradient(t, 1, in, graft_exp(t, in[0]), failing_vjp, NULL);
+  graft_value *L = graft_reduce_sum(t, y, 0, NULL, 0);
+  return graft_gradients(t, 1, &L, NULL, 1, in, GRAFT_UNCONNECTED_NONE, out);
+}
+
+static void test_graft_custom_gradient__failing_rule_fails_the_call(void **state) {
+  (void)state;
+  const int64_t s[] = {3};
+  const double xv[] = {1, 2, 3};
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, s, xv)}, *out[1] = {NULL};
+  char msg[512];
+  graft_status st = tu_run(g_rt, failing_custom_cb, NULL, 1, in, 1, out, msg);
+  tu_assert_run_fails(st, GRAFT_EUNSUPPORTED, out[0], msg, "custom_gradient", "failing rule");
+  gc_free(in, 1);
+}
+
 /* ---- higher order ------------------------------------------------------------------------ */
 
 enum { X4_POW, X4_SQUARES, X4_MULS, X4_COUNT };
@@ -560,25 +635,57 @@ static void test_graft_gradients__symbolic_batch_one_trace_two_sizes(void **stat
   gc_problem p[2];
   for (int b = 0; b < 2; b++)
     p[b] = (gc_problem){.loss = mlp_loss, .user = &m, .n_in = 2, .in = in[b], .n_var = 4, .vars = m.v};
-  gc_fn g;
-  gc_fn_open(&g, g_rt, &p[0], 1, &sig);
-  for (int b = 0; b < 2; b++) {
-    char ctx[64];
-    snprintf(ctx, sizeof ctx, "symbolic batch, N = %lld", (long long)batches[b]);
-    graft_tensor *out[6] = {0}, *gin[2], *gvar[4], *fin[2], *fvar[4];
-    gc_fn_call(&g, in[b], out, ctx);
-    gc_split_(&p[b], in[b], out, NULL, gin, gvar, ctx);
-    gc_numeric(g_rt, &p[b], GC_STEP, fin, fvar, ctx);
-    gc_assert_sets_close(&p[b], gin, gvar, fin, fvar, GC_FD_TOL, ctx);
-    gc_free(gin, 2);
-    gc_free(gvar, 4);
-    gc_free(fin, 2);
-    gc_free(fvar, 4);
-  }
-  assert_int_equal(graft_function_trace_count(g.f), 1);
-  gc_fn_close(&g);
+  gc_check_signature(g_rt, &sig, 2, p, GC_STEP, GC_FD_TOL, "mlp, batch [-1]");
   for (int b = 0; b < 2; b++) gc_free(in[b], 2);
   mlp_free(&m);
+}
+
+/* Ops whose gradients see the symbolic dim: a mean and a logsumexp over
+ * it, a reshape to [-1], a matmul contracting it, a softmax along it, a
+ * slice to its end, a max over it, and broadcasting against it. */
+static graft_value *symbolic_ops_loss(graft_trace *t, int n_in, graft_value *const *in,
+                                      void *user) {
+  (void)n_in, (void)user;
+  graft_value *x = in[0], *c = in[1];
+  const int ax0[] = {0};
+  const int64_t flat[] = {-1}, begin[] = {1, 0}, size[] = {-1, 2};
+  graft_value *terms[] = {
+      graft_mul(t, c, graft_reduce_mean(t, graft_square(t, x), 1, ax0, 0)),
+      graft_logsumexp(t, x, 1, ax0, 1),
+      graft_sin(t, graft_reshape(t, x, 1, flat)),
+      graft_matmul(t, graft_tanh(t, x), x, GRAFT_TRANS_A),
+      graft_mul(t, graft_softmax(t, x, 0), x),
+      graft_square(t, graft_slice(t, x, begin, size)),
+      graft_reduce_max(t, x, 1, ax0, 0),
+      graft_div(t, x, graft_add(t, graft_square(t, c), graft_scalar(t, GRAFT_F64, 1))),
+  };
+  graft_value *L = NULL;
+  for (size_t k = 0; k < TU_N_OF(terms); k++) {
+    graft_value *s = graft_reduce_sum(t, terms[k], 0, NULL, 0);
+    L = L ? graft_add(t, L, s) : s;
+  }
+  return L;
+}
+
+static void test_graft_gradients__symbolic_batch_through_many_ops(void **state) {
+  (void)state;
+  static const graft_dtype dts[] = {GRAFT_F64, GRAFT_F64};
+  static const int ranks[] = {2, 1};
+  static const int64_t sx[] = {-1, 4}, sc[] = {4};
+  static const int64_t *const shapes[] = {sx, sc};
+  const graft_signature sig = {.n = 2, .dtypes = dts, .ranks = ranks, .shapes = shapes};
+  tu_rng r = {0x5b01};
+  graft_tensor *in[2][2];
+  const int64_t batches[] = {3, 7};
+  gc_problem p[2];
+  for (int b = 0; b < 2; b++) {
+    const int64_t s[] = {batches[b], 4};
+    in[b][0] = tu_tensor_rand(&r, GRAFT_F64, 2, s, -2, 2);
+    in[b][1] = tu_tensor_rand(&r, GRAFT_F64, 1, sc, -1, 1);
+    p[b] = (gc_problem){.loss = symbolic_ops_loss, .n_in = 2, .in = in[b]};
+  }
+  gc_check_signature(g_rt, &sig, 2, p, GC_STEP, GC_FD_TOL, "ops over a [-1] dim");
+  for (int b = 0; b < 2; b++) gc_free(in[b], 2);
 }
 
 /* ---- training -------------------------------------------------------------------------- */
@@ -760,11 +867,14 @@ int main(void) {
       cmocka_unit_test(test_graft_gradients__unconnected_none_and_zero),
       cmocka_unit_test(test_graft_gradients__stop_gradient_blocks),
       cmocka_unit_test(test_graft_gradients__integer_input_gets_null),
+      cmocka_unit_test(test_graft_gradients__bad_seed_or_policy_fails),
       cmocka_unit_test(test_graft_gradients__double_where_sqrt_finite_at_zero),
       cmocka_unit_test(test_graft_custom_gradient__logsumexp_value_and_gradient),
       cmocka_unit_test(test_graft_custom_gradient__overflowing_region_gets_finite_gradient),
+      cmocka_unit_test(test_graft_custom_gradient__failing_rule_fails_the_call),
       cmocka_unit_test(test_graft_gradients__third_derivative_of_x4_is_24x),
       cmocka_unit_test(test_graft_gradients__symbolic_batch_one_trace_two_sizes),
+      cmocka_unit_test(test_graft_gradients__symbolic_batch_through_many_ops),
       cmocka_unit_test(test_graft_assign_sub__sgd_trains_mlp_to_99_percent),
       cmocka_unit_test(test_graft_gradients__mlp_bitwise_equal_across_threads),
   };
