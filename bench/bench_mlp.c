@@ -20,7 +20,7 @@
  *   gemm_omp2    each of them cut into two row halves run by a plain
  *                `#pragma omp parallel for num_threads(2)` loop; their sum
  *                is the 2-thread roofline;
- *   gemm_cols64  each of them as one call per run of 64 output columns,
+ *   gemm_cols256 each of them as one call per run of 256 output columns,
  *                the calls graft's matmul tiles make at the default grain
  *                (to split the gap, not a target);
  *   direct       the whole step in plain C: the same single GEMM calls plus
@@ -33,8 +33,9 @@
  * GFLOP/s count 2*M*N*K for every matmul node graft actually emits (live in
  * the plan, read from graft_function_write_dot), checked against the 8
  * expected GEMMs.  After the timed reps, a ws runtime with a Chrome trace
- * runs a few more steps and the trace is summed by op and by part
- * (forward, backward, update) to show where the gap to the roofline goes.
+ * runs a few more steps, and each tile's median duration over them is
+ * summed by op and by part (forward, backward, update) to show where the gap
+ * to the roofline goes.
  *
  * Every rep calls each config (rotating which goes first) until about
  * TARGET_REP_US has passed (a step: once); median_us is the median over reps
@@ -69,7 +70,9 @@
 #define WARMUP_CALLS 2
 #define TARGET_REP_US 4000.0
 #define MAX_INNER 1000
-#define TILE_COLS 64          /* graft's GEMM tile width here (GRAFT__MM_MIN_COLS) */
+/* graft's GEMM tile width for these shapes at the default grain
+ * (GRAFT__MM_MIN_COLS in src/kernels/kernels_int.h); keep in step. */
+#define TILE_COLS 256
 #define BREAKDOWN_STEPS 9
 #define TARGET_ROOFLINE 1.10
 #define TARGET_BWD_FWD 2.20
@@ -304,7 +307,7 @@ static void gemm_cols(const gemm *g, int j0, int j1) {
 }
 
 typedef enum gemm_variant { GV_SINGLE, GV_COLS, GV_HALVES } gemm_variant;
-static const char *const GV_NAMES[] = {"gemm", "gemm_cols64", "gemm_omp2"};
+static const char *const GV_NAMES[] = {"gemm", "gemm_cols256", "gemm_omp2"};
 
 /* One GEMM as the variant cuts it; 1 if the two halves ran on distinct
  * OpenMP threads (GV_HALVES), else 0. */
@@ -624,6 +627,7 @@ static rt_spec RUNTIMES[] = {{"ws", 1, NULL, ""}, {"ws", 2, NULL, ""}, {"seq", 1
 #define N_RUNTIMES ((int)(sizeof RUNTIMES / sizeof RUNTIMES[0]))
 
 static config CONFIGS[MAX_CONFIGS];
+_Static_assert(2 * 3 + 1 + 3 * N_GEMMS <= MAX_CONFIGS, "MAX_CONFIGS too small");
 static int n_configs;
 
 static int find_config(ckind k, const char *sched, int threads, int gemm_i, gemm_variant gv) {
@@ -1052,9 +1056,9 @@ static void print_header(const bench_info *info, const char *blas, const options
          "# baseline_us: step and forward against the sum of their GEMMs called directly\n"
          "# (gemm_sum: one cblas_sgemm each, 1 thread; gemm_omp2_sum: two row halves under\n"
          "# omp parallel for num_threads(2)); bwd_fwd: median_us = step - forward, baseline =\n"
-         "# forward; gemm_cols64 / gemm_omp2 rows against the single call.  gemm shapes are\n"
+         "# forward; gemm_cols256 / gemm_omp2 rows against the single call.  gemm shapes are\n"
          "# MxKxN ([M,K] @ [K,N]) and the transposes of a and b (N or T)\n");
-  printf("# %-13s %-5s %-21s %7s %-5s %4s %11s %11s %7s %-14s %11s %7s %6s %3s\n", "name",
+  printf("# %-14s %-5s %-21s %7s %-5s %4s %11s %11s %7s %-14s %11s %7s %6s %3s\n", "name",
          "dtype", "shape", "threads", "sched", "reps", "median_us", "min_us", "gflops",
          "baseline", "baseline_us", "ratio", "target", "ok");
 }
@@ -1095,7 +1099,7 @@ static void print_row(const options *opt, const char *name, const char *shape, i
   snprintf(bu, sizeof bu, isnan(baseline_us) ? "-" : "%.1f", baseline_us);
   snprintf(ra, sizeof ra, isnan(ratio) ? "-" : "%.3f", ratio);
   snprintf(ta, sizeof ta, has_target ? "%.2f" : "-", target);
-  printf("%-15s %-5s %-21s %7d %-5s %4d %11.1f %11s %7s %-14s %11s %7s %6s %3s\n", name, "f32",
+  printf("%-16s %-5s %-21s %7d %-5s %4d %11.1f %11s %7s %-14s %11s %7s %6s %3s\n", name, "f32",
          shape, threads, sched, reps, median, mn, gf, isnan(baseline_us) ? "-" : baseline, bu, ra,
          ta, has_target ? (ok ? "yes" : "no") : "-");
 }
@@ -1165,7 +1169,7 @@ static void print_rows(const options *opt, int reps, const results *res, const g
     }
   print_row(opt, "gemm_sum", "8 GEMMs", 1, "blas", reps, gs->single, gs->single_min, gs->flops, "",
             NAN, NAN);
-  print_row(opt, "gemm_cols64_sum", "8 GEMMs", 1, "blas", reps, gs->cols, gs->cols_min, gs->flops,
+  print_row(opt, "gemm_cols256_sum", "8 GEMMs", 1, "blas", reps, gs->cols, gs->cols_min, gs->flops,
             "gemm_sum", gs->single, NAN);
   print_row(opt, "gemm_omp2_sum", "8 GEMMs", 2, "omp", reps, gs->halves, gs->halves_min, gs->flops,
             "gemm_sum", gs->single, NAN);
@@ -1182,7 +1186,7 @@ static int print_stats(const options *opt) {
     printf("# plan statistics (graft_function_stats after the timed calls): nodes traced, live\n"
            "# after pruning, scheduled tiles, arena vs one buffer per value (naive), the\n"
            "# smallest correct arena (load), in-place values, steals in the last call\n"
-           "# %-13s %7s %-5s %6s %6s %6s %9s %9s %8s %7s %7s %6s %10s\n", "name", "threads",
+           "# %-14s %7s %-5s %6s %6s %6s %9s %9s %8s %7s %7s %6s %10s\n", "name", "threads",
            "sched", "nodes", "live", "tiles", "arena_MiB", "naive_MiB", "load_MiB",
            "arena/naive", "inplace", "steals", "compile_ms");
   for (int c = 0; c < n_configs; c++) {
@@ -1203,7 +1207,7 @@ static int print_stats(const options *opt) {
              st.arena_bytes, st.naive_bytes, st.load_bytes, st.bound_bytes, st.inplace, st.parts,
              st.steals, st.compile_us, st.planner_us, st.planner_exact, ratio);
     else
-      printf("%-15s %7d %-5s %6" PRId64 " %6" PRId64 " %6" PRId64 " %9.2f %9.2f %8.2f %11.3f %7" PRId64
+      printf("%-16s %7d %-5s %6" PRId64 " %6" PRId64 " %6" PRId64 " %9.2f %9.2f %8.2f %11.3f %7" PRId64
              " %6" PRId64 " %10.2f\n",
              name, cf->threads, cf->sched, st.nodes, st.live_nodes, st.tiles, mib(st.arena_bytes),
              mib(st.naive_bytes), mib(st.load_bytes), ratio, st.inplace, st.steals,
@@ -1276,7 +1280,7 @@ static void print_breakdown(const options *opt, const results *res, const gemm_s
            "# steps after one warm-up; each tile counts with its median duration over the\n"
            "# steps (robust to preemption), summed by part and op; wall: the median step\n"
            "# (tracing itself costs a little); share = us / wall\n"
-           "# %-13s %7s %-9s %-22s %6s %6s %11s %7s\n", BREAKDOWN_STEPS, "name", "threads", "part",
+           "# %-14s %7s %-9s %-22s %6s %6s %11s %7s\n", BREAKDOWN_STEPS, "name", "threads", "part",
            "op", "nodes", "tiles", "us_per_step", "share");
   for (int k = 0; k < 2; k++) {
     if (!res->have_bd[k]) continue;
@@ -1288,21 +1292,21 @@ static void print_breakdown(const options *opt, const results *res, const gemm_s
                "\"tiles\":%" PRId64 ",\"us_per_step\":%.3f,\"share\":%.4f}\n",
                b->threads, o->part, o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
       else if (b->threads == 1 || i < 6) /* 2 threads: the largest only */
-        printf("%-15s %7d %-9s %-22s %6d %6" PRId64 " %11.1f %7.3f\n", "op_time", b->threads,
+        printf("%-16s %7d %-9s %-22s %6d %6" PRId64 " %11.1f %7.3f\n", "op_time", b->threads,
                o->part, o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
     }
     double idle = b->threads * b->wall_us - b->busy_us;
     if (opt->json) {
       printf("{\"type\":\"gap\",\"threads\":%d,\"wall_us\":%.3f,\"busy_us\":%.3f,\"matmul_us\":%.3f,"
              "\"other_ops_us\":%.3f,\"idle_us\":%.3f,\"gemm_roofline_us\":%.3f,"
-             "\"gemm_cols64_us\":%.3f}\n",
+             "\"gemm_cols256_us\":%.3f}\n",
              b->threads, b->wall_us, b->busy_us, b->matmul_us, b->other_us, idle,
              b->threads == 1 ? gs->single : gs->halves, gs->cols);
     } else {
       double roof = b->threads == 1 ? gs->single : gs->halves;
       printf("# gap at %d thread%s (traced): wall %.1f us/step, roofline %.1f us (%s), %+.1f us:\n"
              "#   busy in matmul %.1f us%s; the same GEMMs direct: %.1f us single calls, %.1f us "
-             "in 64-column tiles\n"
+             "in 256-column tiles\n"
              "#   busy in other ops %.1f us; idle or between tiles %.1f us (threads x wall - busy)\n",
              b->threads, b->threads == 1 ? "" : "s", b->wall_us, roof,
              b->threads == 1 ? "gemm_sum" : "gemm_omp2_sum", b->wall_us - roof, b->matmul_us,

@@ -1,4 +1,4 @@
-/* graft: gradients (reverse mode).
+/* graft: gradients (reverse mode) and forward mode.
  *
  * graft_gradients appends the backward subgraph of ys with respect to xs to
  * the trace.  The emitted nodes are ordinary values: they are pruned,
@@ -48,6 +48,35 @@ typedef graft_status (*graft_vjp_fn)(graft_trace *t, int n_x, graft_value *const
  * passed to vjp, which runs while gradients are built, inside the trace. */
 GRAFT_API graft_value *graft_custom_gradient(graft_trace *t, int n_x, graft_value *const *xs,
                                              graft_value *y, graft_vjp_fn vjp, void *user);
+
+/* Jacobian-vector products (forward mode): jvps[k] = sum over i of
+ * d ys[k] / d primals[i] . tangents[i].  tangents[i] must have primals[i]'s
+ * dtype and shape (NULL: zero).  Listing a value twice among the primals is
+ * GRAFT_EINVAL.  Tangents propagate by a direct JVP rule per op (no double
+ * transposition), styled as tangent nodes in DOT; stop_gradient, integer
+ * values and comparisons carry no tangent.  A ys[k] that no primal reaches
+ * gets NULL (GRAFT_UNCONNECTED_NONE) or zeros (GRAFT_UNCONNECTED_ZERO).
+ * Composes with graft_gradients in any order and depth. */
+GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *primals,
+                                 graft_value *const *tangents, int n_y, graft_value *const *ys,
+                                 graft_unconnected policy, graft_value **jvps);
+
+/* Hessian-vector products by forward-over-reverse: out[i] = sum over j of
+ * d^2 y / d xs[i] d xs[j] . vs[j] for a scalar (rank-0) y.  Costs about one
+ * gradient plus one forward sweep over it (a small constant times the
+ * loss+gradient), not a Hessian. */
+GRAFT_API graft_status graft_hvp(graft_trace *t, graft_value *y, int n_x, graft_value *const *xs,
+                                 graft_value *const *vs, graft_value **out);
+
+/* Dense Jacobian d y / d x as a value of shape y.shape + x.shape (both with
+ * concrete dims).  graft_jacobian_fwd builds it column by column: numel(x)
+ * JVPs, cheap when x is small.  graft_jacobian_rev builds it row by row:
+ * numel(y) VJPs, cheap when y is small.  Meant for small problems (the
+ * graph grows with the column or row count). */
+GRAFT_API graft_status graft_jacobian_fwd(graft_trace *t, graft_value *y, graft_value *x,
+                                          graft_value **out);
+GRAFT_API graft_status graft_jacobian_rev(graft_trace *t, graft_value *y, graft_value *x,
+                                          graft_value **out);
 
 #ifdef __cplusplus
 }

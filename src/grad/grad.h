@@ -28,6 +28,26 @@ extern const graft__vjp_fn graft__vjp[GRAFT__OP_COUNT];
 GRAFT_OP_MAP(GRAFT__VJP_DECL_)
 #undef GRAFT__VJP_DECL_
 
+/* A JVP rule.  n is the forward node, in[j] its input values, y its output
+ * value, tin[j] the tangent of input j (NULL: zero; else in[j]'s dtype and
+ * shape).  Return the tangent of y with y's shape (use
+ * graft__jvp_to_shape when broadcasting left it smaller), or NULL for a
+ * zero tangent.  Called only when some tin[j] is not NULL and y is float. */
+typedef graft_value *(*graft__jvp_fn)(graft_trace *t, const graft__node *n,
+                                      graft_value *const *in, graft_value *y,
+                                      graft_value *const *tin);
+
+extern const graft__jvp_fn graft__jvp[GRAFT__OP_COUNT];
+
+#define GRAFT__JVP_DECL_(e, name, arity, rule, flags, cost, tile)                          \
+  graft_value *graft__jvp_##e(graft_trace *t, const graft__node *n, graft_value *const *in, \
+                              graft_value *y, graft_value *const *tin);
+GRAFT_OP_MAP(GRAFT__JVP_DECL_)
+#undef GRAFT__JVP_DECL_
+
+/* broadcast_to(v, shape of like) when the shapes differ, else v. */
+graft_value *graft__jvp_to_shape(graft_trace *t, graft_value *v, graft_value *like);
+
 /* Helpers shared by the rule files. */
 /* sum_to_shape(g, shape of like) when the shapes differ, else g. */
 graft_value *graft__grad_unbroadcast(graft_trace *t, graft_value *g, graft_value *like);

@@ -621,6 +621,7 @@ static inline void inputs_free(dag_spec *s, inputs *io) {
   for (int k = 0; k < MAX_VARS; k++) graft_tensor_destroy(io->var0[k]);
   for (int k = 0; k < s->n_vars; k++) graft_variable_destroy(s->vars[k]);
 }
+
 /* ==== structured DAGs ======================================================
  *
  * A second generator for the memory planner: graphs whose shape, not their
@@ -636,16 +637,16 @@ static inline void inputs_free(dag_spec *s, inputs *io) {
  *   resize    matmul by a constant [w, w']
  *   other     non-elementwise ops of equal size: softmax, transpose twice
  *   assign    a staged assignment of the variable (read after the graph)
- * SDAG_CHAIN draws long chains (20 to 200 ops).  Values stay finite: each
- * carries a magnitude bound and large ones pass through tanh.  sdag_trace
- * is the trace callback (user: the sdag_spec); every trace from one spec
- * records the same graph. */
+ * SDAG_CHAIN draws long chains (20 to 200 ops); SDAG_MIXED ("patterns")
+ * draws every pattern.  Values stay finite: each carries a magnitude bound
+ * and large ones pass through tanh.  sdag_trace is the trace callback
+ * (user: the sdag_spec); every trace from one spec records the same graph. */
 
 enum { SDAG_WIDE, SDAG_DIAMONDS, SDAG_LATE, SDAG_CHAIN, SDAG_MIXED, SDAG_KINDS };
 enum { SDAG_MAX_OUT = 4 };
 
 static const char *const sdag_kind_names[SDAG_KINDS] = {"wide", "diamonds", "late", "chain",
-                                                        "mixed"};
+                                                        "patterns"};
 
 typedef struct sdag_spec {
   uint64_t seed;

@@ -1,0 +1,213 @@
+/* Forward mode: graft_jvp appends tangent nodes, and the compositions built
+ * on it (Hessian-vector products, dense Jacobians).
+ *
+ * Nodes between the primals and the ys are visited in increasing id order
+ * (a topological order); each applies its op's JVP rule to its inputs'
+ * tangents.  A missing tangent is a symbolic zero. */
+#include <string.h>
+
+#include "grad/grad.h"
+
+static int is_float(const graft_value *v) {
+  graft_dtype d = graft_value_dtype(v);
+  return d == GRAFT_F32 || d == GRAFT_F64;
+}
+
+static graft_status check(graft_trace *t, const char *fn, const char *what, int n,
+                          graft_value *const *v, int allow_null) {
+  for (int i = 0; i < n; i++) {
+    if (!v[i]) {
+      if (allow_null) continue;
+      return graft_trace_fail(t, GRAFT_EINVAL, "%s: %s[%d] is NULL", fn, what, i);
+    }
+    if (v[i]->g != t->g)
+      return graft_trace_fail(t, GRAFT_EMISUSE, "%s: %s[%d] belongs to another trace", fn, what, i);
+    if (v[i]->id == GRAFT__POISON_ID) return t->status ? t->status : GRAFT_EINVAL;
+  }
+  return GRAFT_OK;
+}
+
+static int same_type(const graft_value *a, const graft_value *b) {
+  const graft__node *x = (const graft__node *)a, *y = (const graft__node *)b;
+  return x->dtype == y->dtype && x->rank == y->rank &&
+         !memcmp(x->shape, y->shape, (size_t)x->rank * sizeof *x->shape);
+}
+
+GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *primals,
+                                 graft_value *const *tangents, int n_y, graft_value *const *ys,
+                                 graft_unconnected policy, graft_value **jvps) {
+  static const char *fn = "graft_jvp";
+  if (!t) return GRAFT_EINVAL;
+  if (jvps)
+    for (int k = 0; k < n_y; k++) jvps[k] = NULL;
+  if (t->status) return t->status;
+  if (n_x < 0 || n_y < 0 || (n_x && (!primals || !tangents)) || (n_y && (!ys || !jvps)))
+    return graft_trace_fail(t, GRAFT_EINVAL, "%s: bad counts or NULL arrays", fn);
+  if (policy != GRAFT_UNCONNECTED_NONE && policy != GRAFT_UNCONNECTED_ZERO)
+    return graft_trace_fail(t, GRAFT_EINVAL, "%s: unknown unconnected policy %d", fn, (int)policy);
+  graft_status st;
+  if ((st = check(t, fn, "primals", n_x, primals, 0)) || (st = check(t, fn, "tangents", n_x, tangents, 1)) ||
+      (st = check(t, fn, "ys", n_y, ys, 0)))
+    return st;
+  for (int i = 0; i < n_x; i++) {
+    for (int j = 0; j < i; j++)
+      if (primals[j] == primals[i])
+        return graft_trace_fail(t, GRAFT_EINVAL, "%s: primals[%d] and primals[%d] are the same value", fn, j, i);
+    if (tangents[i] && !same_type(tangents[i], primals[i]))
+      return graft_trace_fail(t, GRAFT_ESHAPE, "%s: tangents[%d] must have the dtype and shape of primals[%d]",
+                              fn, i, i);
+  }
+
+  graft__graph *g = t->g;
+  uint32_t n = g->n_nodes, lo = n, hi = 0;
+  graft_value **tan = graft__calloc(n, sizeof *tan);
+  uint8_t *to_y = graft__calloc(n, 1), *seeded = graft__calloc(n, 1);
+  if (!tan || !to_y || !seeded) {
+    st = graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
+    goto out;
+  }
+  for (int k = 0; k < n_y; k++) {
+    to_y[ys[k]->id] = 1;
+    hi = GRAFT__MAX(hi, ys[k]->id + 1);
+  }
+  for (uint32_t id = hi; id-- > 0;) {
+    if (!to_y[id]) continue;
+    const graft__node *nd = graft__graph_node(g, id);
+    for (int j = 0; j < nd->n_in; j++) to_y[nd->in[j]] = 1;
+  }
+  for (int i = 0; i < n_x; i++) {
+    seeded[primals[i]->id] = 1;
+    if (is_float(primals[i])) tan[primals[i]->id] = tangents[i];
+    lo = GRAFT__MIN(lo, primals[i]->id);
+  }
+
+  uint8_t role = t->role;
+  t->role = GRAFT__ROLE_TANGENT;
+  for (uint32_t id = lo; id < hi && !t->status; id++) {
+    if (seeded[id] || !to_y[id]) continue;
+    graft__node *nd = graft__graph_node(g, id);
+    if (nd->n_in == 0 || !is_float(&nd->v)) continue;
+    graft_value *in_small[8], **in = in_small, *ti_small[8], **ti = ti_small;
+    if (nd->n_in > 8) {
+      in = graft__calloc((size_t)nd->n_in, sizeof *in);
+      ti = graft__calloc((size_t)nd->n_in, sizeof *ti);
+      if (!in || !ti) {
+        graft__free(in);
+        graft__free(ti);
+        graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
+        break;
+      }
+    }
+    int any = 0;
+    for (int j = 0; j < nd->n_in; j++) {
+      in[j] = &graft__graph_node(g, nd->in[j])->v;
+      ti[j] = is_float(in[j]) ? tan[nd->in[j]] : NULL;
+      any |= ti[j] != NULL;
+    }
+    if (any) tan[id] = graft__jvp[nd->op](t, nd, in, &nd->v, ti);
+    if (in != in_small) {
+      graft__free(in);
+      graft__free(ti);
+    }
+  }
+  for (int k = 0; k < n_y && !t->status; k++) {
+    graft_value *v = is_float(ys[k]) ? tan[ys[k]->id] : NULL;
+    if (!v && policy == GRAFT_UNCONNECTED_ZERO) v = graft_zeros_like(t, ys[k]);
+    jvps[k] = v;
+  }
+  t->role = role;
+  st = t->status;
+  if (st)
+    for (int k = 0; k < n_y; k++) jvps[k] = NULL;
+out:
+  graft__free(tan);
+  graft__free(to_y);
+  graft__free(seeded);
+  return st;
+}
+
+GRAFT_API graft_status graft_hvp(graft_trace *t, graft_value *y, int n_x, graft_value *const *xs,
+                                 graft_value *const *vs, graft_value **out) {
+  if (!t) return GRAFT_EINVAL;
+  if (t->status) return t->status;
+  if (n_x < 1 || !xs || !vs || !out || !y)
+    return graft_trace_fail(t, GRAFT_EINVAL, "graft_hvp: needs y, n_x >= 1 and the xs, vs, out arrays");
+  if (graft_value_rank(y) != 0)
+    return graft_trace_fail(t, GRAFT_ESHAPE, "graft_hvp: y must be a scalar (rank 0), has rank %d",
+                            graft_value_rank(y));
+  graft_value **grads = graft__calloc((size_t)n_x, sizeof *grads);
+  if (!grads) return graft_trace_fail(t, GRAFT_ENOMEM, "graft_hvp: out of memory");
+  /* forward over reverse: the JVP of the gradient along vs */
+  graft_status st = graft_gradients(t, 1, &y, NULL, n_x, xs, GRAFT_UNCONNECTED_ZERO, grads);
+  if (!st) st = graft_jvp(t, n_x, xs, vs, n_x, grads, GRAFT_UNCONNECTED_ZERO, out);
+  graft__free(grads);
+  return st;
+}
+
+/* Flatten v to [numel] (concrete dims required). */
+static int64_t concrete_numel(const graft_value *v) {
+  return graft__numel(graft_value_rank(v), graft_value_shape(v));
+}
+
+static graft_status jacobian(graft_trace *t, graft_value *y, graft_value *x, int fwd, graft_value **out) {
+  const char *fn = fwd ? "graft_jacobian_fwd" : "graft_jacobian_rev";
+  if (!t) return GRAFT_EINVAL;
+  if (out) *out = NULL;
+  if (t->status) return t->status;
+  if (!y || !x || !out) return graft_trace_fail(t, GRAFT_EINVAL, "%s: NULL argument", fn);
+  int64_t ny = concrete_numel(y), nx = concrete_numel(x);
+  int ry = graft_value_rank(y), rx = graft_value_rank(x);
+  if (ny < 0 || nx < 0)
+    return graft_trace_fail(t, GRAFT_EUNSUPPORTED, "%s: needs concrete shapes", fn);
+  if (ry + rx > GRAFT_MAX_RANK)
+    return graft_trace_fail(t, GRAFT_ESHAPE, "%s: rank %d + %d exceeds %d", fn, ry, rx, GRAFT_MAX_RANK);
+  int64_t n = fwd ? nx : ny;
+  graft_value *seed_of = fwd ? x : y;
+  graft_value **parts = graft__calloc((size_t)(n ? n : 1), sizeof *parts);
+  double *basis = graft__calloc((size_t)(n ? n : 1), sizeof *basis);
+  if (!parts || !basis) {
+    graft__free(parts);
+    graft__free(basis);
+    return graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
+  }
+  /* e_k as a constant of the seed's shape, one per column (fwd) or row (rev). */
+  int64_t flat_other = fwd ? ny : nx;
+  for (int64_t k = 0; k < n && !t->status; k++) {
+    basis[k] = 1;
+    graft_value *e = graft_cast(t, graft_constant(t, GRAFT_F64, graft_value_rank(seed_of),
+                                                  graft_value_shape(seed_of), basis),
+                                graft_value_dtype(seed_of));
+    basis[k] = 0;
+    graft_value *d = NULL;
+    if (fwd) graft_jvp(t, 1, &x, &e, 1, &y, GRAFT_UNCONNECTED_ZERO, &d);
+    else graft_gradients(t, 1, &y, &e, 1, &x, GRAFT_UNCONNECTED_ZERO, &d);
+    int64_t shape[2] = {fwd ? flat_other : 1, fwd ? 1 : flat_other};
+    parts[k] = graft_reshape(t, d, 2, shape);
+  }
+  graft_value *j = NULL;
+  if (!t->status) {
+    if (n == 0) {
+      int64_t shape[2] = {ny, nx};
+      j = graft_fill(t, graft_value_dtype(y), 2, shape, 0);
+    } else {
+      j = graft_concat(t, (int)n, parts, fwd ? 1 : 0);
+    }
+    int64_t full[GRAFT_MAX_RANK];
+    for (int i = 0; i < ry; i++) full[i] = graft_value_shape(y)[i];
+    for (int i = 0; i < rx; i++) full[ry + i] = graft_value_shape(x)[i];
+    j = graft_reshape(t, j, ry + rx, full);
+  }
+  graft__free(parts);
+  graft__free(basis);
+  if (t->status) return t->status;
+  *out = j;
+  return GRAFT_OK;
+}
+
+GRAFT_API graft_status graft_jacobian_fwd(graft_trace *t, graft_value *y, graft_value *x, graft_value **out) {
+  return jacobian(t, y, x, 1, out);
+}
+
+GRAFT_API graft_status graft_jacobian_rev(graft_trace *t, graft_value *y, graft_value *x, graft_value **out) {
+  return jacobian(t, y, x, 0, out);
+}
