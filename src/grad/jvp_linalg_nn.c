@@ -44,11 +44,13 @@ graft_value *graft__jvp_LOG_SOFTMAX(graft_trace *t, const graft__node *n, graft_
  * dloss = sum((softmax(logits) - one_hot(labels)) * t) / N, a rank-0 value.
  * N is a trace-time constant when the batch dim is concrete, else counted
  * in the graph (the sum of a ones vector of the batch's length), as in the
- * VJP.  one_hot needs the class count C concrete; with a symbolic C the
- * picked tangents mean_i t[i, labels[i]] are instead written as
- * mean_i lse(t_i) - xent(t, labels) (exact: xent(t) = mean_i lse(t_i) -
- * t[i, labels[i]], and linear in t with the right derivatives), so forward
- * mode works there too.  The labels are integers: no tangent. */
+ * VJP.  1/N scales the elements before the sum, so N = 0 gives 0 (as the
+ * loss itself does), not 0 * inf.  one_hot needs the class count C
+ * concrete; with a symbolic C the picked tangents t[i, labels[i]] are
+ * instead taken through xent(t, labels) = mean_i (lse(t_i) - t[i, labels[i]]):
+ *   dloss = sum_i (sum_c p * t - lse(t_i)) / N + xent(t, labels),
+ * exact and linear in t (with the right derivatives), so forward mode
+ * works there too.  The labels are integers: no tangent. */
 graft_value *graft__jvp_SOFTMAX_XENT(graft_trace *t, const graft__node *n, graft_value *const *in,
                                      graft_value *y, graft_value *const *tin) {
   (void)n, (void)y;
@@ -56,22 +58,20 @@ graft_value *graft__jvp_SOFTMAX_XENT(graft_trace *t, const graft__node *n, graft
   if (!tx) return NULL;
   const int64_t *s = graft_value_shape(logits);
   graft_dtype dt = graft_value_dtype(logits);
-  int axis = 1;
-  if (GRAFT_DIM_IS_SYM(s[1])) {
-    graft_value *p = graft_softmax(t, logits, 1);
-    graft_value *pt = graft_reduce_mean(t, graft_reduce_sum(t, graft_mul(t, p, tx), 1, &axis, 0),
-                                        0, NULL, 0);
-    graft_value *picked = graft_sub(t, graft_reduce_mean(t, graft_logsumexp(t, tx, 1, &axis, 0),
-                                                         0, NULL, 0),
-                                    graft_softmax_cross_entropy(t, tx, labels));
-    return graft_sub(t, pt, picked);
-  }
   graft_value *inv_n;
   if (GRAFT_DIM_IS_SYM(s[0]))
     inv_n = graft_div(t, graft__grad_scalar(t, logits, 1.0),
                       graft_reduce_sum(t, graft_fill(t, dt, 1, s, 1.0), 0, NULL, 0));
   else
     inv_n = graft__grad_scalar(t, logits, 1.0 / (double)s[0]); /* N = 0: no element uses it */
-  graft_value *diff = graft_sub(t, graft_softmax(t, logits, 1), graft_one_hot(t, labels, s[1], dt));
-  return graft_mul(t, graft_reduce_sum(t, graft_mul(t, diff, tx), 0, NULL, 0), inv_n);
+  graft_value *p = graft_softmax(t, logits, 1);
+  if (GRAFT_DIM_IS_SYM(s[1])) {
+    int axis = 1;
+    graft_value *row = graft_sub(t, graft_reduce_sum(t, graft_mul(t, p, tx), 1, &axis, 0),
+                                 graft_logsumexp(t, tx, 1, &axis, 0)); /* [N] */
+    return graft_add(t, graft_reduce_sum(t, graft_mul(t, row, inv_n), 0, NULL, 0),
+                     graft_softmax_cross_entropy(t, tx, labels));
+  }
+  graft_value *diff = graft_sub(t, p, graft_one_hot(t, labels, s[1], dt));
+  return graft_reduce_sum(t, graft_mul(t, graft_mul(t, diff, tx), inv_n), 0, NULL, 0);
 }
