@@ -112,7 +112,7 @@ static graft_status gather(mp *m, buffer *buf, uint32_t *bid, uint32_t nb) {
   if (!cnt) return GRAFT_ENOMEM;
   for (uint32_t i = 0; i < m->n; i++) cnt[bid[i]] += 1 + (p->succ_off[i + 1] - p->succ_off[i]);
   for (uint32_t b = 0; b < nb; b++) {
-    buf[b].touch = graft__malloc((size_t)(cnt[b] ? 2 * cnt[b] : 1) * sizeof *buf[b].touch);
+    buf[b].touch = graft__malloc((size_t)(cnt[b] ? cnt[b] : 1) * sizeof *buf[b].touch);
     if (!buf[b].touch) {
       graft__free(cnt);
       return GRAFT_ENOMEM;
@@ -125,22 +125,29 @@ static graft_status gather(mp *m, buffer *buf, uint32_t *bid, uint32_t nb) {
     for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++) b->touch[b->n_touch++] = p->succ[e];
   }
   if (!m->anc) return GRAFT_OK;
+  /* A touch is maximal when it is no ancestor of another touch: OR the
+   * ancestor sets of all touches once, then keep those outside the union
+   * (linear in the touches, where comparing pairs was quadratic). */
+  uint64_t *uni = graft__calloc((size_t)(m->nw ? m->nw : 1), sizeof *uni);
+  if (!uni) return GRAFT_ENOMEM;
   for (uint32_t k = 0; k < nb; k++) {
     buffer *b = &buf[k];
+    for (int32_t x = 0; x < b->n_touch; x++) {
+      const uint64_t *a = m->anc + (int64_t)b->touch[x] * m->nw;
+      for (int64_t w = 0; w <= (int64_t)(b->touch[x] >> 6); w++) uni[w] |= a[w];
+    }
     int32_t w = 0;
-    /* Keep t unless another touch descends from it (or equals it earlier). */
     for (int32_t x = 0; x < b->n_touch; x++) {
       uint32_t t = b->touch[x];
-      int dominated = 0;
-      for (int32_t y = 0; y < b->n_touch && !dominated; y++) {
-        uint32_t o = b->touch[y];
-        dominated = o == t ? y < x : is_anc(m, t, o);
-      }
-      if (!dominated) b->touch[b->n_touch + w++] = t; /* scratch tail, see below */
+      uint64_t bit = 1ull << (t & 63);
+      if (uni[t >> 6] & bit) continue;      /* an ancestor of another touch */
+      uni[t >> 6] |= bit;                   /* keep duplicates out */
+      b->touch[w++] = t;
     }
-    memmove(b->touch, b->touch + b->n_touch, (size_t)w * sizeof *b->touch);
     b->n_touch = w;
+    memset(uni, 0, (size_t)m->nw * sizeof *uni);
   }
+  graft__free(uni);
   return GRAFT_OK;
 }
 
@@ -156,15 +163,6 @@ static int conflict(const mp *m, const buffer *a, const buffer *b) {
   return !after(m, a, b) && !after(m, b, a);
 }
 
-typedef struct span {
-  int64_t lo, hi;
-} span;
-
-static int by_lo(const void *a, const void *b) {
-  const span *x = a, *y = b;
-  return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
 static const buffer *sort_buf;
 static int by_size_desc(const void *a, const void *b) {
   const buffer *x = &sort_buf[*(const uint32_t *)a], *y = &sort_buf[*(const uint32_t *)b];
@@ -172,18 +170,34 @@ static int by_size_desc(const void *a, const void *b) {
   return x->w0 < y->w0 ? -1 : x->w0 > y->w0;
 }
 
-/* Best fit: the smallest gap between conflicting spans that holds size. */
-static int64_t best_fit(span *s, int n, int64_t size) {
-  qsort(s, (size_t)n, sizeof *s, by_lo);
+/* Best fit over the placed buffers, kept sorted by offset: the smallest gap
+ * between the conflicting ones that holds size, else the end. */
+static int64_t best_fit(const mp *m, const buffer *buf, const uint32_t *placed, uint32_t np,
+                        const buffer *b) {
   int64_t at = 0, best = -1, best_gap = INT64_MAX;
-  for (int k = 0; k < n; k++) {
-    if (s[k].lo - at >= size && s[k].lo - at < best_gap) {
+  for (uint32_t k = 0; k < np; k++) {
+    const buffer *o = &buf[placed[k]];
+    if (!o->size || !conflict(m, b, o)) continue;
+    if (o->off - at >= b->size && o->off - at < best_gap) {
       best = at;
-      best_gap = s[k].lo - at;
+      best_gap = o->off - at;
     }
-    at = GRAFT__MAX(at, s[k].hi);
+    at = GRAFT__MAX(at, o->off + o->size);
   }
   return best >= 0 ? best : at;
+}
+
+/* Insert buffer k into placed[] keeping offsets ascending. */
+static void insert_placed(const buffer *buf, uint32_t *placed, uint32_t *np, uint32_t k) {
+  uint32_t lo = 0, hi = *np;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (buf[placed[mid]].off <= buf[k].off) lo = mid + 1;
+    else hi = mid;
+  }
+  memmove(placed + lo + 1, placed + lo, (size_t)(*np - lo) * sizeof *placed);
+  placed[lo] = k;
+  (*np)++;
 }
 
 static void bound_stats(const mp *m, buffer *buf, const uint32_t *bid, uint32_t nb);
@@ -194,8 +208,7 @@ graft_status graft__memplan(graft__plan *p) {
   uint32_t n = m.n;
   graft_status st = GRAFT_ENOMEM;
   buffer *buf = NULL;
-  uint32_t *bid = NULL, *idx = NULL;
-  span *spans = NULL;
+  uint32_t *bid = NULL, *idx = NULL, *placed = NULL;
   m.root = graft__malloc((n ? n : 1) * sizeof *m.root);
   m.sink = graft__calloc(n ? n : 1, 1);
   bid = graft__malloc((n ? n : 1) * sizeof *bid);
@@ -230,8 +243,8 @@ graft_status graft__memplan(graft__plan *p) {
   for (uint32_t i = 0; i < n; i++) bid[i] = bid[find_root(m.root, i)];
   buf = graft__calloc(nb ? nb : 1, sizeof *buf);
   idx = graft__malloc((nb ? nb : 1) * sizeof *idx);
-  spans = graft__malloc((nb ? nb : 1) * sizeof *spans);
-  if (!buf || !idx || !spans) goto out;
+  placed = graft__malloc((nb ? nb : 1) * sizeof *placed);
+  if (!buf || !idx || !placed) goto out;
   for (uint32_t i = 0; i < n; i++) {
     buffer *b = &buf[bid[i]];
     if (find_root(m.root, i) == i) b->w0 = i;
@@ -244,18 +257,14 @@ graft_status graft__memplan(graft__plan *p) {
   sort_buf = buf;
   qsort(idx, nb, sizeof *idx, by_size_desc);
   int64_t arena = 0;
+  uint32_t np = 0;
   for (uint32_t k = 0; k < nb; k++) {
     buffer *b = &buf[idx[k]];
-    int ns = 0;
-    if (m.anc && !graft__memplan_naive) {
-      for (uint32_t j = 0; j < k; j++) {
-        const buffer *o = &buf[idx[j]];
-        if (o->size && conflict(&m, b, o)) spans[ns++] = (span){o->off, o->off + o->size};
-      }
-      b->off = b->size ? best_fit(spans, ns, b->size) : 0;
-    } else {
+    if (m.anc && !graft__memplan_naive)
+      b->off = b->size ? best_fit(&m, buf, placed, np, b) : 0;
+    else
       b->off = arena; /* no reachability: no sharing */
-    }
+    insert_placed(buf, placed, &np, idx[k]);
     arena = GRAFT__MAX(arena, b->off + b->size);
   }
   for (uint32_t i = 0; i < n; i++) p->offset[p->order[i]] = (size_t)buf[bid[i]].off;
@@ -271,7 +280,7 @@ out:
   graft__free(buf);
   graft__free(bid);
   graft__free(idx);
-  graft__free(spans);
+  graft__free(placed);
   graft__free(m.anc);
   graft__free(m.root);
   graft__free(m.sink);
