@@ -15,8 +15,9 @@
  * The graphs:
  *   mlp_infer      x [256,784] f32 -> 1024 -> 1024 -> 10, relu layers, softmax
  *   mlp_train_fwd  the same forward plus the softmax cross-entropy loss
- *                  (labels [256] i32); the full training step, with the
- *                  backward pass and the SGD update, awaits the gradient work
+ *                  (labels [256] i32)
+ *   mlp_train_step the full training step: loss, graft_gradients of the six
+ *                  variables, and the SGD update (graft_assign_sub)
  *   branches16     16 parallel 2-layer MLPs (x [64,256], 256 wide), summed
  *   chain1000      1,000 elementwise ops on [256,256] f32
  *   chain10000     10,000 of them (planner time per value at scale)
@@ -106,8 +107,26 @@ static graft_status mlp_trace(graft_trace *t, int n_in, graft_value *const *in, 
     h = graft_add(t, graft_matmul(t, h, graft_read(t, m->w[l]), 0), graft_read(t, m->b[l]));
     if (l < 2) h = graft_relu(t, h);
   }
-  out[0] = graft_softmax(t, h, -1);
-  if (m->loss) out[1] = graft_softmax_cross_entropy(t, h, in[1]);
+  if (m->loss < 2) {
+    out[0] = graft_softmax(t, h, -1);
+    if (m->loss) out[1] = graft_softmax_cross_entropy(t, h, in[1]);
+    return GRAFT_OK;
+  }
+  /* The training step: loss, gradients of the 6 variables, SGD update. */
+  graft_value *loss = graft_softmax_cross_entropy(t, h, in[1]);
+  graft_value *vars[6], *grads[6];
+  for (int l = 0; l < 3; l++) {
+    vars[2 * l] = graft_read(t, m->w[l]);
+    vars[2 * l + 1] = graft_read(t, m->b[l]);
+  }
+  graft_status st = graft_gradients(t, 1, &loss, NULL, 6, vars, GRAFT_UNCONNECTED_ZERO, grads);
+  if (st) return st;
+  graft_value *lr = graft_scalar(t, GRAFT_F32, 0.05);
+  for (int l = 0; l < 3; l++) {
+    graft_assign_sub(t, m->w[l], graft_mul(t, lr, grads[2 * l]));
+    graft_assign_sub(t, m->b[l], graft_mul(t, lr, grads[2 * l + 1]));
+  }
+  out[0] = loss;
   return GRAFT_OK;
 }
 
@@ -413,8 +432,8 @@ static void print_header(const bench_info *info, const options *opt, const char 
                      "static memory planner: arena vs naive, LOAD and the parallel-safe bound",
                      extra, 2, opt->json);
   if (opt->json) return;
-  printf("# note: mlp_train_fwd is the forward graph of a training step and its loss; the full\n"
-         "# step (backward pass and SGD update) awaits the gradient issue\n");
+  printf("# note: mlp_train_fwd is the forward graph of a training step and its loss;\n"
+         "# mlp_train_step adds graft_gradients of the 6 variables and the SGD update\n");
   printf("# MiB = 2^20 bytes; arena/load and arena/bound: 1 = the planner meets the bound;\n"
          "# planner_us_per_node: median planner time / live nodes\n");
   printf("# %-14s %6s %10s %9s %9s %9s %10s %11s %19s\n", "graph", "nodes", "naive_MiB", "load_MiB",
@@ -482,6 +501,10 @@ int main(int argc, char **argv) {
   else failures++;
   m.loss = 1;
   if (measure(rt, "mlp_train_fwd", mlp_trace, &m, 2, mlp_in, 2, opt.reps, &rows[n_rows]) == 0)
+    print_row(&opt, &rows[n_rows++]);
+  else failures++;
+  m.loss = 2;
+  if (measure(rt, "mlp_train_step", mlp_trace, &m, 2, mlp_in, 1, opt.reps, &rows[n_rows]) == 0)
     print_row(&opt, &rows[n_rows++]);
   else failures++;
   for (int l = 0; l < 3; l++) {

@@ -14,6 +14,11 @@
  * with a declared (symbolic) signature.  gc_fn_* expose the compiled
  * gradient function itself (other runtimes, stats, repeated calls).
  *
+ * For forward mode, gc_fd_directional differences every output of any
+ * traced function along a direction (JVPs, HVPs as JVPs of gradients, the
+ * columns of Jacobians); gc_runtime_of and gc_same_bits serve the checks
+ * that results are bitwise equal across schedulers and thread counts.
+ *
  * Integer inputs (labels) are neither differentiated nor perturbed: their
  * gradient slots stay NULL.
  *
@@ -358,6 +363,82 @@ static inline double gc_max_abs(graft_tensor *const *t, int n) {
     for (int64_t j = 0; t[i] && j < graft_tensor_numel(t[i]); j++)
       m = fmax(m, fabs(tu_get(t[i], j)));
   return m;
+}
+
+/* ---- directional differences (forward mode) ----------------------------------- */
+
+enum { GC_MAX_OUT = 16 };
+
+/* Central differences of every output of a traced function along a
+ * direction: fd[k] (f64, output k's shape) = (F_k(x + h d) - F_k(x - h d)) /
+ * 2h, where fn (n_in inputs, n_out float outputs, user) is F and dir[i] is
+ * input i's share of d (in[i]'s shape; NULL: input i is held fixed, as
+ * integer inputs must be).  Every perturbed input moves at once, rounded to
+ * its dtype; the differences divide by the nominal 2h, so that rounding adds
+ * about eps |x| / (h |d|) relative error (none where x +- h d is exact, e.g.
+ * dyadic x and d).  in is not modified.  The caller frees fd (gc_free). */
+static inline void gc_fd_directional(graft_runtime *rt, graft_trace_fn fn, void *user, int n_in,
+                                     graft_tensor *const *in, graft_tensor *const *dir,
+                                     int n_out, double step, graft_tensor **fd, const char *ctx) {
+  assert_true(n_in >= 0 && n_in <= GC_MAX_IN + GC_MAX_VARS);
+  assert_true(n_out >= 1 && n_out <= GC_MAX_OUT);
+  graft_function *f = tu_function(rt, "gradcheck_directional", fn, user, n_in, n_out, NULL);
+  graft_tensor *x[2][GC_MAX_IN + GC_MAX_VARS], *y[2][GC_MAX_OUT];
+  for (int s = 0; s < 2; s++) {
+    for (int i = 0; i < n_in; i++) {
+      x[s][i] = gc_copy(in[i]);
+      if (!dir || !dir[i]) continue;
+      if (graft_tensor_numel(dir[i]) != graft_tensor_numel(in[i]))
+        fail_msg("%s: direction %d has %lld elements, input %d has %lld", ctx, i,
+                 (long long)graft_tensor_numel(dir[i]), i, (long long)graft_tensor_numel(in[i]));
+      for (int64_t j = 0; j < graft_tensor_numel(in[i]); j++)
+        tu_set(x[s][i], j, tu_get(in[i], j) + (s ? -step : step) * tu_get(dir[i], j));
+    }
+    for (int k = 0; k < n_out; k++) y[s][k] = NULL;
+    graft_status st = graft_function_call(f, n_in, x[s], n_out, y[s]);
+    if (st != GRAFT_OK)
+      fail_msg("%s: call at x %c h d failed: %s: %s", ctx, s ? '-' : '+', graft_status_name(st),
+               graft_function_errmsg(f));
+  }
+  for (int k = 0; k < n_out; k++) {
+    if (!gc_is_float(graft_tensor_dtype(y[0][k])))
+      fail_msg("%s: output %d is not float", ctx, k);
+    fd[k] = tu_tensor_from(GRAFT_F64, graft_tensor_rank(y[0][k]), graft_tensor_shape(y[0][k]), NULL);
+    for (int64_t j = 0; j < graft_tensor_numel(fd[k]); j++)
+      tu_set(fd[k], j, (tu_get(y[0][k], j) - tu_get(y[1][k], j)) / (2.0 * step));
+  }
+  for (int s = 0; s < 2; s++) {
+    gc_free(x[s], n_in);
+    gc_free(y[s], n_out);
+  }
+  graft_function_destroy(f);
+}
+
+/* ---- runtimes and bitwise comparison ---------------------------------------------- */
+
+/* A runtime with the scheduler sched ("seq", "ws", "omp"), threads threads
+ * and tile grain grain; fails the test with the runtime's message otherwise. */
+static inline graft_runtime *gc_runtime_of(const char *sched, int threads, int64_t grain) {
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.num_threads = threads;
+  o.sched = sched;
+  o.grain = grain;
+  graft_runtime *rt = NULL;
+  char msg[512] = "";
+  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
+  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
+  return rt;
+}
+
+/* a and b have one dtype, one shape and the same bytes. */
+static inline int gc_same_bits(const graft_tensor *a, const graft_tensor *b) {
+  if (graft_tensor_dtype(a) != graft_tensor_dtype(b) || graft_tensor_rank(a) != graft_tensor_rank(b))
+    return 0;
+  for (int i = 0; i < graft_tensor_rank(a); i++)
+    if (graft_tensor_shape(a)[i] != graft_tensor_shape(b)[i]) return 0;
+  size_t n = (size_t)graft_tensor_numel(a) * graft_dtype_size(graft_tensor_dtype(a));
+  return memcmp(graft_tensor_data(a), graft_tensor_data(b), n) == 0;
 }
 
 #endif /* GRAFT_TEST_GRADCHECK_H */

@@ -9,13 +9,13 @@
  * cross-entropy, where and cast rows); make_inputs draws a case's inputs
  * (f32-representable, the same numbers in either float dtype); apply_op
  * traces the case's op; weights_like makes fixed random weights shaped like
- * a value (odd multiples of 1/64, exact in f32).
+ * a value (odd multiples of 1/64, exact in f32); op_loss is the scalar
+ * loss reduce_sum(w * op(inputs)) of a case.
  *
  * The cast rows mix dtypes by nature (.mixed); their inputs sit on a 2^-12
  * grid and their .step is 2^-10, so perturbed values are exact in f32.
  *
- * Header-only (static); include after <cmocka.h>, testutil.h and
- * gradcheck.h. */
+ * Header-only (static inline); include after <cmocka.h>. */
 #ifndef GRAFT_TEST_OP_ROWS_H
 #define GRAFT_TEST_OP_ROWS_H
 
@@ -534,6 +534,16 @@ static inline graft_value *apply_op(graft_trace *t, const op_case *c, graft_valu
   }
   graft_trace_fail(t, GRAFT_EINTERNAL, "test: unknown op %d", c->op);
   return NULL;
+}
+
+/* The loss of a case (a gc_loss_fn, user: the op_case): reduce_sum(w *
+ * op(in)) with w = weights_like(op(in), seed). */
+static inline graft_value *op_loss(graft_trace *t, int n_in, graft_value *const *in, void *user) {
+  (void)n_in;
+  const op_case *c = user;
+  graft_value *y = apply_op(t, c, in);
+  if (graft_value_is_poison(y)) return y;
+  return graft_reduce_sum(t, graft_mul(t, weights_like(t, y, c->seed), y), 0, NULL, 0);
 }
 
 #endif /* GRAFT_TEST_OP_ROWS_H */

@@ -27,16 +27,7 @@
 
 TU_RUNTIME_GROUP();
 
-/* ---- the loss (the rows are in op_rows.h) ------------------------------------ */
-
-/* reduce_sum(w * op(in)). */
-static graft_value *op_loss(graft_trace *t, int n_in, graft_value *const *in, void *user) {
-  (void)n_in;
-  const op_case *c = user;
-  graft_value *y = apply_op(t, c, in);
-  if (graft_value_is_poison(y)) return y;
-  return graft_reduce_sum(t, graft_mul(t, weights_like(t, y, c->seed), y), 0, NULL, 0);
-}
+/* ---- second order (the rows and op_loss are in op_rows.h) -------------------- */
 
 /* The sum of every element of the first gradient of op_loss (over all float
  * inputs), each weighted by fresh weights v when weighted (else v = 1): its
