@@ -43,11 +43,11 @@ static graft_value *shaped(graft_trace *t, graft_value *v, graft_value *y) {
 
 /* Rules with no tangent: the output is piecewise constant in its inputs
  * (sign, comparisons) or derivatives are blocked on purpose. */
-#define NO_TANGENT_(e)                                                                   \
-  graft_value *graft__jvp_##e(graft_trace *t, const graft__node *n, graft_value *const *in, \
-                              graft_value *y, graft_value *const *tin) {                 \
-    UNUSED_(t), UNUSED_(n), UNUSED_(in), UNUSED_(y), UNUSED_(tin);                        \
-    return NULL;                                                                         \
+#define NO_TANGENT_(e)                                                                       \
+  graft_value *graft__jvp_##e(graft_trace *t, const graft__node *n, graft_value *const *in,  \
+                              graft_value *y, graft_value *const *tin) {                     \
+    UNUSED_(t), UNUSED_(n), UNUSED_(in), UNUSED_(y), UNUSED_(tin);                           \
+    return NULL;                                                                             \
   }
 NO_TANGENT_(SIGN)
 NO_TANGENT_(STOP_GRADIENT)
@@ -57,19 +57,19 @@ NO_TANGENT_(EQUAL)
 #undef NO_TANGENT_
 
 /* Every remaining rule has this signature. */
-#define RULE_(e)                                                                           \
-  graft_value *graft__jvp_##e(graft_trace *t, const graft__node *n, graft_value *const *in, \
+#define RULE_(e)                                                                             \
+  graft_value *graft__jvp_##e(graft_trace *t, const graft__node *n, graft_value *const *in,  \
                               graft_value *y, graft_value *const *tin)
 
 /* A unary rule: tx is the input's tangent (a zero tangent gives zero). */
-#define UNARY_(e)                            \
-  static graft_value *unary_##e(graft_trace *t, const graft__node *n, graft_value *x, \
-                                graft_value *y, graft_value *tx);                      \
-  RULE_(e) {                                 \
-    if (!tin[0]) return NULL;                \
-    return unary_##e(t, n, in[0], y, tin[0]); \
-  }                                          \
-  static graft_value *unary_##e(graft_trace *t, const graft__node *n, graft_value *x, \
+#define UNARY_(e)                                                                            \
+  static graft_value *unary_##e(graft_trace *t, const graft__node *n, graft_value *x,        \
+                                graft_value *y, graft_value *tx);                            \
+  RULE_(e) {                                                                                 \
+    if (!tin[0]) return NULL;                                                                \
+    return unary_##e(t, n, in[0], y, tin[0]);                                                \
+  }                                                                                          \
+  static graft_value *unary_##e(graft_trace *t, const graft__node *n, graft_value *x,        \
                                 graft_value *y, graft_value *tx)
 
 /* ---- unary ------------------------------------------------------------- */
