@@ -62,7 +62,8 @@ GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *pr
                                  graft_unconnected policy, graft_value **jvps);
 
 /* Hessian-vector products by forward-over-reverse: out[i] = sum over j of
- * d^2 y / d xs[i] d xs[j] . vs[j] for a scalar (rank-0) y.  Costs about one
+ * d^2 y / d xs[i] d xs[j] . vs[j] for a scalar (rank-0) y.  Integer xs get
+ * NULL; on failure every out[i] is NULL.  Costs about one
  * gradient plus one forward sweep over it (a small constant times the
  * loss+gradient), not a Hessian. */
 GRAFT_API graft_status graft_hvp(graft_trace *t, graft_value *y, int n_x, graft_value *const *xs,

@@ -129,18 +129,32 @@ out:
 GRAFT_API graft_status graft_hvp(graft_trace *t, graft_value *y, int n_x, graft_value *const *xs,
                                  graft_value *const *vs, graft_value **out) {
   if (!t) return GRAFT_EINVAL;
+  if (out)
+    for (int i = 0; i < n_x; i++) out[i] = NULL;
   if (t->status) return t->status;
   if (n_x < 1 || !xs || !vs || !out || !y)
     return graft_trace_fail(t, GRAFT_EINVAL, "graft_hvp: needs y, n_x >= 1 and the xs, vs, out arrays");
   if (graft_value_rank(y) != 0)
     return graft_trace_fail(t, GRAFT_ESHAPE, "graft_hvp: y must be a scalar (rank 0), has rank %d",
                             graft_value_rank(y));
-  graft_value **grads = graft__calloc((size_t)n_x, sizeof *grads);
-  if (!grads) return graft_trace_fail(t, GRAFT_ENOMEM, "graft_hvp: out of memory");
-  /* forward over reverse: the JVP of the gradient along vs */
+  graft_value **buf = graft__calloc((size_t)n_x * 4, sizeof *buf);
+  if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "graft_hvp: out of memory");
+  graft_value **grads = buf, **fx = buf + n_x, **fv = buf + 2 * n_x, **fg = buf + 3 * n_x;
+  /* forward over reverse: the JVP of the gradient along vs.  Integer xs
+   * (labels) have no gradient and get NULL, as in graft_gradients. */
   graft_status st = graft_gradients(t, 1, &y, NULL, n_x, xs, GRAFT_UNCONNECTED_ZERO, grads);
-  if (!st) st = graft_jvp(t, n_x, xs, vs, n_x, grads, GRAFT_UNCONNECTED_ZERO, out);
-  graft__free(grads);
+  int nf = 0;
+  for (int i = 0; i < n_x && !st; i++)
+    if (grads[i]) {
+      fx[nf] = xs[i];
+      fv[nf] = vs[i];
+      fg[nf++] = grads[i];
+    }
+  graft_value **hv = grads; /* reuse: the gradients were copied to fg */
+  if (!st && nf) st = graft_jvp(t, nf, fx, fv, nf, fg, GRAFT_UNCONNECTED_ZERO, hv);
+  for (int i = 0, k = 0; i < n_x && !st; i++)
+    out[i] = (k < nf && fx[k] == xs[i]) ? hv[k++] : NULL;
+  graft__free(buf);
   return st;
 }
 

@@ -229,6 +229,17 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
     const T *as_ = (const T *)k->in[1]->data;                              \
     const T *bs_ = (const T *)k->in[2]->data;                              \
     T *ys_ = (T *)k->out->data;                                            \
+    const int64_t no_ = k->out->numel;                                     \
+    if (k->in[0]->numel == no_ &&                                          \
+        (k->in[1]->numel == no_ || k->in[1]->numel == 1) &&                \
+        (k->in[2]->numel == no_ || k->in[2]->numel == 1)) {                \
+      /* full-shape condition, full or scalar branches (a gradient mask): \
+       * unit or zero strides, a loop the compiler turns into blends */    \
+      const int64_t ua_ = k->in[1]->numel == no_, ub_ = k->in[2]->numel == no_; \
+      for (int64_t i_ = begin; i_ < end; i_++)                             \
+        ys_[i_] = cs_[i_] != 0 ? as_[i_ * ua_] : bs_[i_ * ub_];           \
+      return;                                                              \
+    }                                                                      \
     bplan p_;                                                              \
     biter it_;                                                             \
     plan_init(&p_, k, 3);                                                  \

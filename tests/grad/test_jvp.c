@@ -11,7 +11,7 @@
  *  - f32: J v against graft's own f64 J v (rtol 1e-5);
  *  - f64: graft_hvp of the row's loss reduce_sum(w * op(x)) against central
  *    differences of its gradient along v (the JVP rules of every op that a
- *    VJP rule emits).
+ *    VJP rule emits), and f32 graft_hvp against f64 (rtol 1e-5).
  * Then: misuse (a primal listed twice, tangents of the wrong shape or
  * dtype, graft_hvp of a non-scalar), the unconnected policies, NULL
  * tangents, stop_gradient; primals that are intermediate values and
@@ -226,7 +226,35 @@ static void check_hvp(op_case *c) {
   gc_free(in, c->n_in);
 }
 
-enum mode { M_FD_DOT, M_F32, M_HVP };
+/* f32 graft_hvp against graft's f64 graft_hvp of the same numbers. */
+static void check_hvp_f32(op_case *c) {
+  graft_tensor *in64[3], *in32[3], *t64[3], *t32[3], *h64[3] = {0}, *h32[3] = {0};
+  make_inputs(c, GRAFT_F64, in64);
+  make_inputs(c, GRAFT_F32, in32);
+  make_tangents(c, in64, t64);
+  make_tangents(c, in32, t32);
+  row_ctx r64 = row_ctx_of(c, in64, W_HVP), r32 = row_ctx_of(c, in32, W_HVP);
+  char ctx[256];
+  snprintf(ctx, sizeof ctx, "%s (f32 HVP vs f64)", c->name);
+  row_call(&r64, in64, t64, h64, ctx);
+  row_call(&r32, in32, t32, h32, ctx);
+  gc_tol tol = {1e-5, 1e-6 * fmax(1.0, gc_max_abs(h64, r64.n_f))};
+  for (int k = 0; k < r32.n_f; k++) {
+    const graft_tensor *x = in32[r32.fi[k]];
+    char what[64];
+    snprintf(what, sizeof what, "H v of input %d", r32.fi[k]);
+    tu_assert_tensor(h32[k], GRAFT_F32, graft_tensor_rank(x), graft_tensor_shape(x), ctx);
+    gc_assert_close(h32[k], h64[k], tol, ctx, what);
+  }
+  gc_free(h64, r64.n_f);
+  gc_free(h32, r32.n_f);
+  gc_free(t64, c->n_in);
+  gc_free(t32, c->n_in);
+  gc_free(in64, c->n_in);
+  gc_free(in32, c->n_in);
+}
+
+enum mode { M_FD_DOT, M_F32, M_HVP, M_HVP_F32 };
 
 static void run_group(int g, int mode) {
   case_list l = {0};
@@ -236,6 +264,7 @@ static void run_group(int g, int mode) {
     if (mode == M_FD_DOT) check_fd_and_dot(&l.c[i]), n++;
     else if (mode == M_F32 && !l.c[i].mixed) check_f32(&l.c[i]), n++;
     else if (mode == M_HVP) check_hvp(&l.c[i]), n++;
+    else if (mode == M_HVP_F32 && !l.c[i].mixed) check_hvp_f32(&l.c[i]), n++;
   }
   print_message("%d cases\n", n);
   assert_true(n > 0);
@@ -254,6 +283,10 @@ static void test_graft_hvp__unary_ops_match_fd_of_gradient(void **state) {
   (void)state;
   run_group(G_UNARY, M_HVP);
 }
+static void test_graft_hvp__unary_ops_f32_match_f64(void **state) {
+  (void)state;
+  run_group(G_UNARY, M_HVP_F32);
+}
 static void test_graft_jvp__binary_ops_broadcast_match_fd_and_vjp(void **state) {
   (void)state;
   run_group(G_BINARY, M_FD_DOT);
@@ -265,6 +298,10 @@ static void test_graft_jvp__binary_ops_broadcast_f32_match_f64(void **state) {
 static void test_graft_hvp__binary_ops_broadcast_match_fd_of_gradient(void **state) {
   (void)state;
   run_group(G_BINARY, M_HVP);
+}
+static void test_graft_hvp__binary_ops_broadcast_f32_match_f64(void **state) {
+  (void)state;
+  run_group(G_BINARY, M_HVP_F32);
 }
 static void test_graft_jvp__reductions_match_fd_and_vjp(void **state) {
   (void)state;
@@ -278,6 +315,10 @@ static void test_graft_hvp__reductions_match_fd_of_gradient(void **state) {
   (void)state;
   run_group(G_REDUCE, M_HVP);
 }
+static void test_graft_hvp__reductions_f32_match_f64(void **state) {
+  (void)state;
+  run_group(G_REDUCE, M_HVP_F32);
+}
 static void test_graft_jvp__matmul_flags_and_batch_match_fd_and_vjp(void **state) {
   (void)state;
   run_group(G_MATMUL, M_FD_DOT);
@@ -290,6 +331,10 @@ static void test_graft_hvp__matmul_flags_and_batch_match_fd_of_gradient(void **s
   (void)state;
   run_group(G_MATMUL, M_HVP);
 }
+static void test_graft_hvp__matmul_flags_and_batch_f32_match_f64(void **state) {
+  (void)state;
+  run_group(G_MATMUL, M_HVP_F32);
+}
 static void test_graft_jvp__shape_nn_where_cast_match_fd_and_vjp(void **state) {
   (void)state;
   run_group(G_MISC, M_FD_DOT);
@@ -301,6 +346,10 @@ static void test_graft_jvp__shape_nn_where_f32_match_f64(void **state) {
 static void test_graft_hvp__shape_nn_where_cast_match_fd_of_gradient(void **state) {
   (void)state;
   run_group(G_MISC, M_HVP);
+}
+static void test_graft_hvp__shape_nn_where_f32_match_f64(void **state) {
+  (void)state;
+  run_group(G_MISC, M_HVP_F32);
 }
 
 /* ---- misuse ------------------------------------------------------------------------ */
@@ -683,15 +732,19 @@ static graft_value *sym_loss(graft_trace *t, graft_value *x, graft_value *c, gra
 }
 
 /* in: x, c, vx, vc.  out: J v of the loss and of the [-1, 4] term, and the
- * HVP of the loss w.r.t. x and c. */
+ * HVP of the loss w.r.t. x and c.  Each -1 of a signature is a symbol of
+ * its own, so vx [-1, 4] does not have x's shape at trace time (graft_jvp
+ * compares shapes as traced): broadcast_to x's shape ties the symbols (the
+ * sizes are checked when the call binds them). */
 static graft_status sym_fwd_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                                graft_value **out, void *user) {
   (void)n_in, (void)n_out, (void)user;
   graft_value *ys[2];
+  graft_value *v[2] = {graft_broadcast_to(t, in[2], 2, graft_value_shape(in[0])), in[3]};
   ys[0] = sym_loss(t, in[0], in[1], &ys[1]);
-  graft_status st = graft_jvp(t, 2, in, in + 2, 2, ys, GRAFT_UNCONNECTED_ZERO, out);
+  graft_status st = graft_jvp(t, 2, in, v, 2, ys, GRAFT_UNCONNECTED_ZERO, out);
   if (st) return st;
-  return graft_hvp(t, ys[0], 2, in, in + 2, out + 2);
+  return graft_hvp(t, ys[0], 2, in, v, out + 2);
 }
 
 /* in: x, c.  out: the loss, the [-1, 4] term. */
@@ -1293,18 +1346,23 @@ int main(void) {
       cmocka_unit_test(test_graft_jvp__unary_ops_match_fd_and_vjp),
       cmocka_unit_test(test_graft_jvp__unary_ops_f32_match_f64),
       cmocka_unit_test(test_graft_hvp__unary_ops_match_fd_of_gradient),
+      cmocka_unit_test(test_graft_hvp__unary_ops_f32_match_f64),
       cmocka_unit_test(test_graft_jvp__binary_ops_broadcast_match_fd_and_vjp),
       cmocka_unit_test(test_graft_jvp__binary_ops_broadcast_f32_match_f64),
       cmocka_unit_test(test_graft_hvp__binary_ops_broadcast_match_fd_of_gradient),
+      cmocka_unit_test(test_graft_hvp__binary_ops_broadcast_f32_match_f64),
       cmocka_unit_test(test_graft_jvp__reductions_match_fd_and_vjp),
       cmocka_unit_test(test_graft_jvp__reductions_f32_match_f64),
       cmocka_unit_test(test_graft_hvp__reductions_match_fd_of_gradient),
+      cmocka_unit_test(test_graft_hvp__reductions_f32_match_f64),
       cmocka_unit_test(test_graft_jvp__matmul_flags_and_batch_match_fd_and_vjp),
       cmocka_unit_test(test_graft_jvp__matmul_flags_and_batch_f32_match_f64),
       cmocka_unit_test(test_graft_hvp__matmul_flags_and_batch_match_fd_of_gradient),
+      cmocka_unit_test(test_graft_hvp__matmul_flags_and_batch_f32_match_f64),
       cmocka_unit_test(test_graft_jvp__shape_nn_where_cast_match_fd_and_vjp),
       cmocka_unit_test(test_graft_jvp__shape_nn_where_f32_match_f64),
       cmocka_unit_test(test_graft_hvp__shape_nn_where_cast_match_fd_of_gradient),
+      cmocka_unit_test(test_graft_hvp__shape_nn_where_f32_match_f64),
       cmocka_unit_test(test_graft_jvp__primal_listed_twice_is_einval),
       cmocka_unit_test(test_graft_jvp__tangent_of_wrong_shape_is_eshape),
       cmocka_unit_test(test_graft_jvp__tangent_of_wrong_dtype_fails),
