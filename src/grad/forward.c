@@ -4,34 +4,7 @@
  * Nodes between the primals and the ys are visited in increasing id order
  * (a topological order); each applies its op's JVP rule to its inputs'
  * tangents.  A missing tangent is a symbolic zero. */
-#include <string.h>
-
 #include "grad/grad.h"
-
-static int is_float(const graft_value *v) {
-  graft_dtype d = graft_value_dtype(v);
-  return d == GRAFT_F32 || d == GRAFT_F64;
-}
-
-static graft_status check(graft_trace *t, const char *fn, const char *what, int n,
-                          graft_value *const *v, int allow_null) {
-  for (int i = 0; i < n; i++) {
-    if (!v[i]) {
-      if (allow_null) continue;
-      return graft_trace_fail(t, GRAFT_EINVAL, "%s: %s[%d] is NULL", fn, what, i);
-    }
-    if (v[i]->g != t->g)
-      return graft_trace_fail(t, GRAFT_EMISUSE, "%s: %s[%d] belongs to another trace", fn, what, i);
-    if (v[i]->id == GRAFT__POISON_ID) return t->status ? t->status : GRAFT_EINVAL;
-  }
-  return GRAFT_OK;
-}
-
-static int same_type(const graft_value *a, const graft_value *b) {
-  const graft__node *x = (const graft__node *)a, *y = (const graft__node *)b;
-  return x->dtype == y->dtype && x->rank == y->rank &&
-         !memcmp(x->shape, y->shape, (size_t)x->rank * sizeof *x->shape);
-}
 
 GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *primals,
                                  graft_value *const *tangents, int n_y, graft_value *const *ys,
@@ -46,38 +19,31 @@ GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *pr
   if (policy != GRAFT_UNCONNECTED_NONE && policy != GRAFT_UNCONNECTED_ZERO)
     return graft_trace_fail(t, GRAFT_EINVAL, "%s: unknown unconnected policy %d", fn, (int)policy);
   graft_status st;
-  if ((st = check(t, fn, "primals", n_x, primals, 0)) || (st = check(t, fn, "tangents", n_x, tangents, 1)) ||
-      (st = check(t, fn, "ys", n_y, ys, 0)))
+  if ((st = graft__grad_check_values(t, fn, "primals", n_x, primals, 0)) ||
+      (st = graft__grad_check_values(t, fn, "tangents", n_x, tangents, 1)) ||
+      (st = graft__grad_check_values(t, fn, "ys", n_y, ys, 0)))
     return st;
   for (int i = 0; i < n_x; i++) {
     for (int j = 0; j < i; j++)
       if (primals[j] == primals[i])
         return graft_trace_fail(t, GRAFT_EINVAL, "%s: primals[%d] and primals[%d] are the same value", fn, j, i);
-    if (tangents[i] && !same_type(tangents[i], primals[i]))
+    if (tangents[i] && !graft__grad_same_type(tangents[i], primals[i]))
       return graft_trace_fail(t, GRAFT_ESHAPE, "%s: tangents[%d] must have the dtype and shape of primals[%d]",
                               fn, i, i);
   }
 
   graft__graph *g = t->g;
-  uint32_t n = g->n_nodes, lo = n, hi = 0;
+  uint32_t n = g->n_nodes, lo = n;
   graft_value **tan = graft__calloc(n, sizeof *tan);
   uint8_t *to_y = graft__calloc(n, 1), *seeded = graft__calloc(n, 1);
   if (!tan || !to_y || !seeded) {
     st = graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
     goto out;
   }
-  for (int k = 0; k < n_y; k++) {
-    to_y[ys[k]->id] = 1;
-    hi = GRAFT__MAX(hi, ys[k]->id + 1);
-  }
-  for (uint32_t id = hi; id-- > 0;) {
-    if (!to_y[id]) continue;
-    const graft__node *nd = graft__graph_node(g, id);
-    for (int j = 0; j < nd->n_in; j++) to_y[nd->in[j]] = 1;
-  }
+  uint32_t hi = graft__grad_mark_to_y(g, n_y, ys, to_y);
   for (int i = 0; i < n_x; i++) {
     seeded[primals[i]->id] = 1;
-    if (is_float(primals[i])) tan[primals[i]->id] = tangents[i];
+    if (graft__grad_is_float(primals[i])) tan[primals[i]->id] = tangents[i];
     lo = GRAFT__MIN(lo, primals[i]->id);
   }
 
@@ -86,39 +52,22 @@ GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *pr
   for (uint32_t id = lo; id < hi && !t->status; id++) {
     if (seeded[id] || !to_y[id]) continue;
     graft__node *nd = graft__graph_node(g, id);
-    if (nd->n_in == 0 || !is_float(&nd->v)) continue;
-    graft_value *in_small[8], **in = in_small, *ti_small[8], **ti = ti_small;
-    if (nd->n_in > 8) {
-      in = graft__calloc((size_t)nd->n_in, sizeof *in);
-      ti = graft__calloc((size_t)nd->n_in, sizeof *ti);
-      if (!in || !ti) {
-        graft__free(in);
-        graft__free(ti);
-        graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
-        break;
-      }
-    }
+    if (nd->n_in == 0 || !graft__grad_is_float(&nd->v)) continue;
+    graft__grad_args a; /* a.aux: the inputs' tangents */
+    if (!graft__grad_args_get(t, fn, nd, &a)) break;
     int any = 0;
     for (int j = 0; j < nd->n_in; j++) {
-      in[j] = &graft__graph_node(g, nd->in[j])->v;
-      ti[j] = is_float(in[j]) ? tan[nd->in[j]] : NULL;
-      any |= ti[j] != NULL;
+      a.aux[j] = graft__grad_is_float(a.in[j]) ? tan[nd->in[j]] : NULL;
+      any |= a.aux[j] != NULL;
     }
-    if (any) tan[id] = graft__jvp[nd->op](t, nd, in, &nd->v, ti);
-    if (in != in_small) {
-      graft__free(in);
-      graft__free(ti);
-    }
+    if (any) tan[id] = graft__jvp[nd->op](t, nd, a.in, &nd->v, a.aux);
+    graft__grad_args_free(&a);
   }
   for (int k = 0; k < n_y && !t->status; k++) {
-    graft_value *v = is_float(ys[k]) ? tan[ys[k]->id] : NULL;
-    if (!v && policy == GRAFT_UNCONNECTED_ZERO) v = graft_zeros_like(t, ys[k]);
-    jvps[k] = v;
+    graft_value *v = graft__grad_is_float(ys[k]) ? tan[ys[k]->id] : NULL;
+    jvps[k] = graft__grad_unconnected(t, policy, v, ys[k]);
   }
-  t->role = role;
-  st = t->status;
-  if (st)
-    for (int k = 0; k < n_y; k++) jvps[k] = NULL;
+  st = graft__grad_finish(t, role, n_y, jvps);
 out:
   graft__free(tan);
   graft__free(to_y);

@@ -17,18 +17,6 @@
 
 #define UNUSED_(x) (void)(x)
 
-static graft_value *scalar(graft_trace *t, graft_value *like, double v) {
-  return graft__grad_scalar(t, like, v);
-}
-
-/* v where c holds, else 0 (a rank-0 zero: where broadcasts). */
-static graft_value *mask(graft_trace *t, graft_value *c, graft_value *v) {
-  return graft_where(t, c, v, scalar(t, v, 0));
-}
-static graft_value *mask_not(graft_trace *t, graft_value *c, graft_value *v) {
-  return graft_where(t, c, scalar(t, v, 0), v);
-}
-
 /* a + b with NULL as zero. */
 static graft_value *sum2(graft_trace *t, graft_value *a, graft_value *b) {
   if (!a) return b;
@@ -81,13 +69,13 @@ UNARY_(NEG) {
 
 UNARY_(SQUARE) {
   UNUSED_(n), UNUSED_(y);
-  return graft_mul(t, tx, graft_mul(t, x, scalar(t, tx, 2)));
+  return graft_mul(t, tx, graft_mul(t, x, graft__grad_scalar(t, tx, 2)));
 }
 
 /* tx / (2 sqrt x): inf at x = 0, as the math says. */
 UNARY_(SQRT) {
   UNUSED_(n), UNUSED_(x);
-  return graft_div(t, tx, graft_mul(t, y, scalar(t, tx, 2)));
+  return graft_div(t, tx, graft_mul(t, y, graft__grad_scalar(t, tx, 2)));
 }
 
 UNARY_(EXP) {
@@ -102,23 +90,23 @@ UNARY_(LOG) {
 
 UNARY_(LOG1P) {
   UNUSED_(n), UNUSED_(y);
-  return graft_div(t, tx, graft_add(t, x, scalar(t, tx, 1)));
+  return graft_div(t, tx, graft_add(t, x, graft__grad_scalar(t, tx, 1)));
 }
 
 UNARY_(TANH) {
   UNUSED_(n), UNUSED_(x);
-  return graft_mul(t, tx, graft_sub(t, scalar(t, tx, 1), graft_square(t, y)));
+  return graft_mul(t, tx, graft_sub(t, graft__grad_scalar(t, tx, 1), graft_square(t, y)));
 }
 
 UNARY_(SIGMOID) {
   UNUSED_(n), UNUSED_(x);
-  return graft_mul(t, tx, graft_mul(t, y, graft_sub(t, scalar(t, tx, 1), y)));
+  return graft_mul(t, tx, graft_mul(t, y, graft_sub(t, graft__grad_scalar(t, tx, 1), y)));
 }
 
 /* 0 at the kink. */
 UNARY_(RELU) {
   UNUSED_(n), UNUSED_(y);
-  return mask(t, graft_greater(t, x, scalar(t, tx, 0)), tx);
+  return graft__grad_mask(t, graft_greater(t, x, graft__grad_scalar(t, tx, 0)), tx);
 }
 
 /* sign(0) = 0: 0 at the kink. */
@@ -140,7 +128,7 @@ UNARY_(COS) {
 /* sec^2 x = 1 + tan^2 x, from y. */
 UNARY_(TAN) {
   UNUSED_(n), UNUSED_(x);
-  return graft_mul(t, tx, graft_add(t, scalar(t, tx, 1), graft_square(t, y)));
+  return graft_mul(t, tx, graft_add(t, graft__grad_scalar(t, tx, 1), graft_square(t, y)));
 }
 
 UNARY_(LGAMMA) {
@@ -217,19 +205,10 @@ RULE_(DIV) {
 RULE_(POW) {
   UNUSED_(n);
   graft_value *a = in[0], *b = in[1], *ta = tin[0], *tb = tin[1];
-  graft_value *zero = scalar(t, y, 0), *one = scalar(t, y, 1);
+  graft_value *zero = graft__grad_scalar(t, y, 0), *one = graft__grad_scalar(t, y, 1);
   graft_value *ra = NULL, *rb = NULL;
-  if (ta) {
-    graft_value *b0 = graft_equal(t, b, zero);
-    graft_value *bm1 = graft_where(t, b0, zero, graft_sub(t, b, one));
-    graft_value *da = mask_not(t, b0, graft_mul(t, b, graft_pow(t, a, bm1)));
-    ra = graft_mul(t, ta, da);
-  }
-  if (tb) {
-    graft_value *pos = graft_greater(t, a, zero);
-    graft_value *loga = mask(t, pos, graft_log(t, graft_where(t, pos, a, one)));
-    rb = graft_mul(t, graft_mul(t, tb, loga), y);
-  }
+  if (ta) ra = graft_mul(t, ta, graft__grad_pow_da(t, a, b, zero, one));
+  if (tb) rb = graft_mul(t, graft_mul(t, tb, graft__grad_pow_loga(t, a, zero, one)), y);
   return shaped(t, sum2(t, ra, rb), y);
 }
 
@@ -240,9 +219,9 @@ static graft_value *choose(graft_trace *t, graft_value *c, graft_value *ta, graf
   if (ta && tb)
     r = graft_where(t, c, ta, tb);
   else if (ta)
-    r = mask(t, c, ta);
+    r = graft__grad_mask(t, c, ta);
   else if (tb)
-    r = mask_not(t, c, tb);
+    r = graft__grad_mask_not(t, c, tb);
   else
     return NULL;
   return graft__jvp_to_shape(t, r, y);

@@ -58,12 +58,7 @@ graft_value *graft__jvp_SOFTMAX_XENT(graft_trace *t, const graft__node *n, graft
   if (!tx) return NULL;
   const int64_t *s = graft_value_shape(logits);
   graft_dtype dt = graft_value_dtype(logits);
-  graft_value *inv_n;
-  if (GRAFT_DIM_IS_SYM(s[0]))
-    inv_n = graft_div(t, graft__grad_scalar(t, logits, 1.0),
-                      graft_reduce_sum(t, graft_fill(t, dt, 1, s, 1.0), 0, NULL, 0));
-  else
-    inv_n = graft__grad_scalar(t, logits, 1.0 / (double)s[0]); /* N = 0: no element uses it */
+  graft_value *inv_n = graft__grad_inv_count(t, logits, 1, s);
   graft_value *p = graft_softmax(t, logits, 1);
   if (GRAFT_DIM_IS_SYM(s[1])) {
     int axis = 1;

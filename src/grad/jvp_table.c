@@ -1,6 +1,4 @@
 /* The JVP table: GRAFT_OP_MAP expanded into forward-mode rules. */
-#include <string.h>
-
 #include "grad/grad.h"
 
 const graft__jvp_fn graft__jvp[] = {
@@ -13,11 +11,8 @@ _Static_assert(sizeof graft__jvp / sizeof graft__jvp[0] == GRAFT__OP_COUNT,
                "graft__jvp needs one rule per GRAFT_OP_MAP row");
 
 graft_value *graft__jvp_to_shape(graft_trace *t, graft_value *v, graft_value *like) {
-  int r = graft_value_rank(like);
-  if (graft_value_rank(v) == r &&
-      (r == 0 || !memcmp(graft_value_shape(v), graft_value_shape(like), (size_t)r * sizeof(int64_t))))
-    return v;
-  return graft_broadcast_to(t, v, r, graft_value_shape(like));
+  if (graft__grad_same_shape(v, like)) return v;
+  return graft_broadcast_to(t, v, graft_value_rank(like), graft_value_shape(like));
 }
 
 /* Leaves carry no tangent of their own: the builder seeds the primals. */

@@ -13,10 +13,6 @@
 
 #define UNUSED_(x) (void)(x)
 
-static graft_value *scalar(graft_trace *t, graft_value *like, double v) {
-  return graft__grad_scalar(t, like, v);
-}
-
 /* gx[0] = g * d, d the local derivative. */
 static void chain(graft_trace *t, graft_value *g, graft_value *d, graft_value **gx) {
   gx[0] = graft_mul(t, g, d);
@@ -27,15 +23,6 @@ static void set2(graft_trace *t, graft_value *const *in, graft_value *ga, graft_
                  graft_value **gx) {
   gx[0] = graft__grad_unbroadcast(t, ga, in[0]);
   gx[1] = graft__grad_unbroadcast(t, gb, in[1]);
-}
-
-/* g where c holds, else 0; c is broadcastable to g's shape, so the result
- * has g's shape.  A scalar zero suffices: where broadcasts. */
-static graft_value *mask(graft_trace *t, graft_value *c, graft_value *g) {
-  return graft_where(t, c, g, scalar(t, g, 0));
-}
-static graft_value *mask_not(graft_trace *t, graft_value *c, graft_value *g) {
-  return graft_where(t, c, scalar(t, g, 0), g);
 }
 
 /* Rules with no gradient: the output is piecewise constant in its inputs
@@ -66,13 +53,13 @@ RULE_(NEG) {
 
 RULE_(SQUARE) {
   UNUSED_(n), UNUSED_(y);
-  chain(t, g, graft_mul(t, in[0], scalar(t, g, 2)), gx);
+  chain(t, g, graft_mul(t, in[0], graft__grad_scalar(t, g, 2)), gx);
 }
 
 /* 1 / (2 sqrt x): inf at x = 0, as the math says. */
 RULE_(SQRT) {
   UNUSED_(n), UNUSED_(in);
-  gx[0] = graft_div(t, g, graft_mul(t, y, scalar(t, g, 2)));
+  gx[0] = graft_div(t, g, graft_mul(t, y, graft__grad_scalar(t, g, 2)));
 }
 
 RULE_(EXP) {
@@ -87,23 +74,23 @@ RULE_(LOG) {
 
 RULE_(LOG1P) {
   UNUSED_(n), UNUSED_(y);
-  gx[0] = graft_div(t, g, graft_add(t, in[0], scalar(t, g, 1)));
+  gx[0] = graft_div(t, g, graft_add(t, in[0], graft__grad_scalar(t, g, 1)));
 }
 
 RULE_(TANH) {
   UNUSED_(n), UNUSED_(in);
-  chain(t, g, graft_sub(t, scalar(t, g, 1), graft_square(t, y)), gx);
+  chain(t, g, graft_sub(t, graft__grad_scalar(t, g, 1), graft_square(t, y)), gx);
 }
 
 RULE_(SIGMOID) {
   UNUSED_(n), UNUSED_(in);
-  chain(t, g, graft_mul(t, y, graft_sub(t, scalar(t, g, 1), y)), gx);
+  chain(t, g, graft_mul(t, y, graft_sub(t, graft__grad_scalar(t, g, 1), y)), gx);
 }
 
 /* Subgradient 0 at the kink. */
 RULE_(RELU) {
   UNUSED_(n), UNUSED_(y);
-  gx[0] = mask(t, graft_greater(t, in[0], scalar(t, g, 0)), g);
+  gx[0] = graft__grad_mask(t, graft_greater(t, in[0], graft__grad_scalar(t, g, 0)), g);
 }
 
 /* sign(0) = 0: subgradient 0 at the kink. */
@@ -125,7 +112,7 @@ RULE_(COS) {
 /* sec^2 x = 1 + tan^2 x, from y. */
 RULE_(TAN) {
   UNUSED_(n), UNUSED_(in);
-  chain(t, g, graft_add(t, scalar(t, g, 1), graft_square(t, y)), gx);
+  chain(t, g, graft_add(t, graft__grad_scalar(t, g, 1), graft_square(t, y)), gx);
 }
 
 RULE_(LGAMMA) {
@@ -181,15 +168,14 @@ RULE_(DIV) {
  * the limit of y log a is 0 for b > 0, and a < 0 has no real derivative in
  * b.  Each masked branch also gets a safe argument (b - 1 -> 0, a -> 1) so
  * that its own gradient, which higher derivatives multiply by 0, is finite
- * rather than inf (0 * inf = NaN). */
+ * rather than inf (0 * inf = NaN).  The factors are graft__grad_pow_da and
+ * graft__grad_pow_loga, shared with the JVP. */
 RULE_(POW) {
   UNUSED_(n);
   graft_value *a = in[0], *b = in[1];
-  graft_value *zero = scalar(t, g, 0), *one = scalar(t, g, 1);
-  graft_value *b0 = graft_equal(t, b, zero), *pos = graft_greater(t, a, zero);
-  graft_value *bm1 = graft_where(t, b0, zero, graft_sub(t, b, one));
-  graft_value *da = mask_not(t, b0, graft_mul(t, b, graft_pow(t, a, bm1)));
-  graft_value *loga = mask(t, pos, graft_log(t, graft_where(t, pos, a, one)));
+  graft_value *zero = graft__grad_scalar(t, g, 0), *one = graft__grad_scalar(t, g, 1);
+  graft_value *da = graft__grad_pow_da(t, a, b, zero, one);
+  graft_value *loga = graft__grad_pow_loga(t, a, zero, one);
   set2(t, in, graft_mul(t, g, da), graft_mul(t, graft_mul(t, g, loga), y), gx);
 }
 
@@ -197,18 +183,18 @@ RULE_(POW) {
 RULE_(MAXIMUM) {
   UNUSED_(n), UNUSED_(y);
   graft_value *c = graft_greater(t, in[0], in[1]);
-  set2(t, in, mask(t, c, g), mask_not(t, c, g), gx);
+  set2(t, in, graft__grad_mask(t, c, g), graft__grad_mask_not(t, c, g), gx);
 }
 
 RULE_(MINIMUM) {
   UNUSED_(n), UNUSED_(y);
   graft_value *c = graft_less(t, in[0], in[1]);
-  set2(t, in, mask(t, c, g), mask_not(t, c, g), gx);
+  set2(t, in, graft__grad_mask(t, c, g), graft__grad_mask_not(t, c, g), gx);
 }
 
 /* The condition gets nothing. */
 RULE_(WHERE) {
   UNUSED_(n), UNUSED_(y);
-  gx[1] = graft__grad_unbroadcast(t, mask(t, in[0], g), in[1]);
-  gx[2] = graft__grad_unbroadcast(t, mask_not(t, in[0], g), in[2]);
+  gx[1] = graft__grad_unbroadcast(t, graft__grad_mask(t, in[0], g), in[1]);
+  gx[2] = graft__grad_unbroadcast(t, graft__grad_mask_not(t, in[0], g), in[2]);
 }

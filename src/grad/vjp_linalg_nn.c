@@ -71,12 +71,7 @@ void graft__vjp_SOFTMAX_XENT(graft_trace *t, const graft__node *n, graft_value *
                      "supported");
     return;
   }
-  graft_value *inv_n;
-  if (GRAFT_DIM_IS_SYM(s[0]))
-    inv_n = graft_div(t, graft__grad_scalar(t, logits, 1.0),
-                      graft_reduce_sum(t, graft_fill(t, dt, 1, s, 1.0), 0, NULL, 0));
-  else
-    inv_n = graft__grad_scalar(t, logits, 1.0 / (double)s[0]); /* N = 0: no element uses it */
+  graft_value *inv_n = graft__grad_inv_count(t, logits, 1, s);
   graft_value *diff = graft_sub(t, graft_softmax(t, logits, 1), graft_one_hot(t, labels, s[1], dt));
   gx[0] = graft_mul(t, diff, graft_mul(t, g, inv_n));
   gx[1] = NULL;

@@ -1,7 +1,5 @@
-/* The VJP table: GRAFT_OP_MAP expanded into rules, and helpers the rule
- * files share. */
-#include <string.h>
-
+/* The VJP table: GRAFT_OP_MAP expanded into rules (the helpers the rule
+ * files share are in grad_util.c). */
 #include "grad/grad.h"
 
 const graft__vjp_fn graft__vjp[] = {
@@ -12,18 +10,6 @@ const graft__vjp_fn graft__vjp[] = {
 
 _Static_assert(sizeof graft__vjp / sizeof graft__vjp[0] == GRAFT__OP_COUNT,
                "graft__vjp needs one rule per GRAFT_OP_MAP row");
-
-graft_value *graft__grad_unbroadcast(graft_trace *t, graft_value *g, graft_value *like) {
-  int r = graft_value_rank(like);
-  if (graft_value_rank(g) == r &&
-      (r == 0 || !memcmp(graft_value_shape(g), graft_value_shape(like), (size_t)r * sizeof(int64_t))))
-    return g;
-  return graft_sum_to_shape(t, g, r, graft_value_shape(like));
-}
-
-graft_value *graft__grad_scalar(graft_trace *t, graft_value *like, double v) {
-  return graft_scalar(t, graft_value_dtype(like), v);
-}
 
 /* Leaves have no inputs; side effects and the custom region pass through. */
 void graft__vjp_INPUT(graft_trace *t, const graft__node *n, graft_value *const *in, graft_value *y,
