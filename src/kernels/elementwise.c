@@ -597,4 +597,15 @@ graft_status graft__k_WHERE(const graft__kargs *k, int64_t begin, int64_t end) {
 /* ---- side effects ---------------------------------------------------- */
 
 /* The staged new value of a variable; the input may broadcast to it. */
-UNARY_ALL(ASSIGN, x, x, x)
+/* assign stages the variable's new value: a copy, which the memory planner
+ * usually places in place over the value computed for it, so there is
+ * nothing left to move. */
+static graft_status graft__k_ASSIGN_COPY(const graft__kargs *k, int64_t begin, int64_t end);
+UNARY_ALL(ASSIGN_COPY, x, x, x)
+
+graft_status graft__k_ASSIGN(const graft__kargs *k, int64_t begin, int64_t end) {
+  if (k->n_in == 1 && k->in[0]->data == k->out->data && k->in[0]->numel == k->out->numel &&
+      k->in[0]->dtype == k->out->dtype)
+    return GRAFT_OK;
+  return graft__k_ASSIGN_COPY(k, begin, end);
+}

@@ -81,7 +81,9 @@ static uint32_t inplace_victim(const mp *m, uint32_t i) {
   const graft__plan *p = m->p;
   uint32_t id = p->order[i];
   const graft__node *n = graft__graph_node(p->g, id);
-  if (!(graft__ops[n->op].flags & GRAFT__OPF_ELEMWISE) || m->sink[i]) return UINT32_MAX;
+  /* (A writer read after the graph is fine: the buffer then lives to the
+   * end; only a victim read after the graph must be kept.) */
+  if (!(graft__ops[n->op].flags & GRAFT__OPF_ELEMWISE)) return UINT32_MAX;
   const graft__tview *o = &p->views[id];
   for (uint32_t e = p->pred_off[i]; e < p->pred_off[i + 1]; e++) {
     uint32_t u = p->pred[e];
