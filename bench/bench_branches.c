@@ -20,7 +20,7 @@
  *
  * Usage: bench_branches [--json] [--reps N]
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h) */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
 #include <cblas.h>
 #include <inttypes.h>
@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BENCH_PROG "bench_branches"
 #include "bench_common.h"
 #include "graft.h"
 
@@ -40,6 +41,7 @@
 #define MIN_REPS 9
 #define DEFAULT_REPS 11
 #define TARGET_REP_US 20000.0
+#define MAX_INNER 1000
 #define MAX_CONFIGS 16
 
 typedef enum sched_kind { SCHED_WS, SCHED_OMP, SCHED_SEQ, SCHED_DIRECT } sched_kind;
@@ -61,33 +63,22 @@ typedef struct model {
   float *h, *y, *ref;       /* direct-baseline scratch and result */
 } model;
 
-typedef struct options {
-  int json;
-  int reps;
-} options;
+typedef bench_opts options;
 
 /* ---- the model ------------------------------------------------------------ */
 
-static void fill(float *p, int64_t count, uint64_t seed, float scale) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < count; i++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    p[i] = scale * (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-  }
-}
-
-static int report(graft_status s, const char *what, const graft_function *f) {
-  if (s == GRAFT_OK) return 0;
-  fprintf(stderr, "bench_branches: %s failed: %s (%s)%s%s\n", what, graft_status_name(s),
-          graft_status_str(s), f ? ": " : "", f ? graft_function_errmsg(f) : "");
-  return -1;
+/* Variable <prefix>_<b>: [WIDTH, WIDTH] (matrix) or [WIDTH], uniform in
+ * [-scale, scale) from seed; buf: scratch for its values. */
+static int branch_var(float *buf, const char *prefix, int b, int matrix, uint64_t seed,
+                      float scale, graft_variable **v) {
+  char name[32];
+  snprintf(name, sizeof name, "%s_%d", prefix, b);
+  bench_fill_f32(buf, matrix ? WIDTH * WIDTH : WIDTH, seed, scale);
+  return bench_variable_f32(name, WIDTH, matrix ? WIDTH : 0, buf, 0, v);
 }
 
 static int model_create(model *m) {
   memset(m, 0, sizeof *m);
-  const int64_t wshape[2] = {WIDTH, WIDTH}, bshape[1] = {WIDTH};
   float *w = malloc(WIDTH * WIDTH * sizeof *w);
   m->x = malloc(BATCH * WIDTH * sizeof *m->x);
   m->h = malloc(BATCH * WIDTH * sizeof *m->h);
@@ -95,33 +86,18 @@ static int model_create(model *m) {
   m->ref = malloc(BATCH * WIDTH * sizeof *m->ref);
   int rc = -1;
   if (!w || !m->x || !m->h || !m->y || !m->ref) {
-    fprintf(stderr, "bench_branches: out of memory\n");
+    bench_oom();
     goto out;
   }
-  fill(m->x, BATCH * WIDTH, 1, 1.0f);
+  bench_fill_f32(m->x, BATCH * WIDTH, 1, 1.0f);
   /* Scaled so activations stay near 1 through both layers. */
   const float ws = 1.0f / 16.0f; /* ~ sqrt(3 / WIDTH) */
   for (int b = 0; b < BRANCHES; b++) {
-    char name[32];
-    snprintf(name, sizeof name, "w1_%d", b);
-    fill(w, WIDTH * WIDTH, 100 + 4 * (uint64_t)b, ws);
-    if (report(graft_variable_create(NULL, name, GRAFT_F32, 2, wshape, w, 0, &m->w1[b]),
-               "graft_variable_create", NULL))
-      goto out;
-    snprintf(name, sizeof name, "b1_%d", b);
-    fill(w, WIDTH, 101 + 4 * (uint64_t)b, 0.1f);
-    if (report(graft_variable_create(NULL, name, GRAFT_F32, 1, bshape, w, 0, &m->b1[b]),
-               "graft_variable_create", NULL))
-      goto out;
-    snprintf(name, sizeof name, "w2_%d", b);
-    fill(w, WIDTH * WIDTH, 102 + 4 * (uint64_t)b, ws);
-    if (report(graft_variable_create(NULL, name, GRAFT_F32, 2, wshape, w, 0, &m->w2[b]),
-               "graft_variable_create", NULL))
-      goto out;
-    snprintf(name, sizeof name, "b2_%d", b);
-    fill(w, WIDTH, 103 + 4 * (uint64_t)b, 0.1f);
-    if (report(graft_variable_create(NULL, name, GRAFT_F32, 1, bshape, w, 0, &m->b2[b]),
-               "graft_variable_create", NULL))
+    uint64_t seed = 100 + 4 * (uint64_t)b;
+    if (branch_var(w, "w1", b, 1, seed, ws, &m->w1[b]) ||
+        branch_var(w, "b1", b, 0, seed + 1, 0.1f, &m->b1[b]) ||
+        branch_var(w, "w2", b, 1, seed + 2, ws, &m->w2[b]) ||
+        branch_var(w, "b2", b, 0, seed + 3, 0.1f, &m->b2[b]))
       goto out;
   }
   rc = 0;
@@ -214,8 +190,6 @@ static int config_index(sched_kind s, int threads) {
 }
 
 static int create_configs(model *m) {
-  graft_function_desc desc = {
-      .name = "branches", .trace = trace_branches, .user = m, .n_inputs = 1, .n_outputs = 1};
   for (int c = 0; c < n_configs; c++) {
     config *cf = &CONFIGS[c];
     if (cf->sched == SCHED_DIRECT) {
@@ -223,19 +197,9 @@ static int create_configs(model *m) {
                "cblas_sgemm + plain loops, branches in sequence, on the calling thread");
       continue;
     }
-    graft_runtime_opts ro;
-    graft_runtime_opts_init(&ro);
-    ro.num_threads = cf->threads;
-    ro.sched = SCHED_NAMES[cf->sched];
-    char err[512] = "";
-    graft_status st = graft_runtime_create_ex(&ro, &cf->rt, err, sizeof err);
-    if (st != GRAFT_OK) {
-      fprintf(stderr, "bench_branches: graft_runtime_create (%s, %d threads) failed: %s (%s): %s\n",
-              ro.sched, ro.num_threads, graft_status_name(st), graft_status_str(st), err);
-      return -1;
-    }
-    graft_runtime_describe(cf->rt, cf->describe, sizeof cf->describe);
-    if (report(graft_function_create(cf->rt, &desc, &cf->f), "graft_function_create", NULL))
+    if (bench_runtime_create(SCHED_NAMES[cf->sched], cf->threads, 0, NULL, &cf->rt, cf->describe,
+                             sizeof cf->describe) ||
+        bench_function_create(cf->rt, "branches", trace_branches, m, 1, 1, &cf->f))
       return -1;
   }
   return 0;
@@ -253,7 +217,7 @@ static int call_config(config *cf, model *m, graft_tensor *x, graft_tensor *out)
     direct_call(m, graft_tensor_data(out));
     return 0;
   }
-  return report(graft_function_call(cf->f, 1, &x, 1, &out), "graft_function_call", cf->f);
+  return bench_report(graft_function_call(cf->f, 1, &x, 1, &out), "graft_function_call", cf->f);
 }
 
 static int check_output(const config *cf, const model *m, const graft_tensor *out) {
@@ -270,56 +234,62 @@ static int check_output(const config *cf, const model *m, const graft_tensor *ou
   return -1;
 }
 
+/* What the timed units of run need. */
+typedef struct run_ctx {
+  model *m;
+  graft_tensor *x, *out;
+} run_ctx;
+
+static int run_timed(void *ctx, int c) {
+  run_ctx *r = ctx;
+  config *cf = &CONFIGS[c];
+  for (int i = 0; i < cf->inner; i++)
+    if (call_config(cf, r->m, r->x, r->out)) return -1;
+  return cf->inner;
+}
+
+static int run_check(void *ctx, int c) {
+  run_ctx *r = ctx;
+  return check_output(&CONFIGS[c], r->m, r->out);
+}
+
 static int run(model *m, int reps) {
   const int64_t xshape[2] = {BATCH, WIDTH};
-  graft_tensor *x = NULL, *out = NULL;
+  run_ctx r = {m, NULL, NULL};
   double *t = malloc((size_t)(n_configs * reps) * sizeof *t);
   int rc = -1;
-  if (!t || report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &x), "graft_tensor_wrap", NULL) ||
-      report(graft_tensor_create(GRAFT_F32, 2, xshape, &out), "graft_tensor_create", NULL))
+  if (!t || bench_report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &r.x), "graft_tensor_wrap",
+                         NULL) ||
+      bench_report(graft_tensor_create(GRAFT_F32, 2, xshape, &r.out), "graft_tensor_create", NULL))
     goto done;
   direct_call(m, m->ref);
   /* Warm-up: the first call traces and compiles; then calibrate. */
   for (int c = 0; c < n_configs; c++) {
     config *cf = &CONFIGS[c];
-    memset(graft_tensor_data(out), 0, BATCH * WIDTH * sizeof(float));
-    if (call_config(cf, m, x, out) || check_output(cf, m, out)) goto done;
+    memset(graft_tensor_data(r.out), 0, BATCH * WIDTH * sizeof(float));
+    if (call_config(cf, m, r.x, r.out) || check_output(cf, m, r.out)) goto done;
     double t0 = bench_now_us();
-    if (call_config(cf, m, x, out)) goto done;
-    double one = bench_now_us() - t0;
-    cf->inner = one > 0.0 ? (int)ceil(TARGET_REP_US / one) : 100;
-    if (cf->inner < 1) cf->inner = 1;
-    if (cf->inner > 1000) cf->inner = 1000;
+    if (call_config(cf, m, r.x, r.out)) goto done;
+    cf->inner = bench_calls_per_rep(bench_now_us() - t0, TARGET_REP_US, 100, MAX_INNER);
   }
-  for (int r = 0; r < reps; r++)
-    for (int k = 0; k < n_configs; k++) {
-      int c = (r + k) % n_configs;
-      config *cf = &CONFIGS[c];
-      double t0 = bench_now_us();
-      for (int i = 0; i < cf->inner; i++)
-        if (call_config(cf, m, x, out)) goto done;
-      t[c * reps + r] = (bench_now_us() - t0) / cf->inner;
-      if (check_output(cf, m, out)) goto done;
-    }
+  if (bench_timed_reps(n_configs, reps, t, run_timed, run_check, &r)) goto done;
   for (int c = 0; c < n_configs; c++) {
-    CONFIGS[c].median_us = bench_median(&t[c * reps], reps);
-    CONFIGS[c].min_us = t[c * reps]; /* sorted by the median */
-    if (CONFIGS[c].f && graft_function_trace_count(CONFIGS[c].f) != 1)
-      fprintf(stderr, "bench_branches: warning: %s/%d traced %d times (expected 1)\n",
-              SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads,
-              graft_function_trace_count(CONFIGS[c].f));
+    char what[32];
+    snprintf(what, sizeof what, "%s/%d", SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads);
+    CONFIGS[c].median_us = bench_median_min(&t[c * reps], reps, &CONFIGS[c].min_us);
+    bench_warn_traced(CONFIGS[c].f, what);
   }
   rc = 0;
 done:
-  graft_tensor_destroy(out);
-  graft_tensor_destroy(x);
+  graft_tensor_destroy(r.out);
+  graft_tensor_destroy(r.x);
   free(t);
   return rc;
 }
 
 /* ---- output ----------------------------------------------------------------- */
 
-static void print_header(const bench_info *info, const char *blas, const options *opt) {
+static void print_header(const bench_info *info, const options *opt) {
   bench_kv extra[MAX_CONFIGS + 2];
   char keys[MAX_CONFIGS][32];
   char shape[128];
@@ -328,12 +298,10 @@ static void print_header(const bench_info *info, const char *blas, const options
            BRANCHES, BATCH, WIDTH, WIDTH, WIDTH);
   int n = 0;
   extra[n++] = (bench_kv){"model", shape};
-  extra[n++] = (bench_kv){"blas", blas};
-  for (int c = 0; c < n_configs; c++) {
-    snprintf(keys[c], sizeof keys[c], "runtime %s/%d", SCHED_NAMES[CONFIGS[c].sched],
-             CONFIGS[c].threads);
-    extra[n++] = (bench_kv){keys[c], CONFIGS[c].describe};
-  }
+  extra[n++] = (bench_kv){"blas", info->blas};
+  for (int c = 0; c < n_configs; c++)
+    extra[n++] = bench_runtime_kv(keys[c], sizeof keys[c], SCHED_NAMES[CONFIGS[c].sched],
+                                  CONFIGS[c].threads, CONFIGS[c].describe);
   bench_header_print(info, "bench_branches",
                      "16 independent MLP branches: ws and omp at 1..N threads, seq, direct",
                      extra, n, opt->json);
@@ -360,20 +328,17 @@ static void print_rows(const options *opt, int reps, long cpus) {
     if (opt->json) {
       printf("{\"type\":\"row\",\"name\":\"branches\",\"threads\":%d,\"sched\":\"%s\","
              "\"oversubscribed\":%s,\"reps\":%d,\"calls_per_rep\":%d,\"median_us\":%.3f,"
-             "\"min_us\":%.3f,\"speedup_vs_1t\":%.4f,",
+             "\"min_us\":%.3f,\"speedup_vs_1t\":%.4f",
              cf->threads, SCHED_NAMES[cf->sched], over ? "true" : "false", reps, cf->inner,
              cf->median_us, cf->min_us, speedup);
-      if (isnan(vs_omp))
-        printf("\"ratio_vs_omp\":null,");
-      else
-        printf("\"ratio_vs_omp\":%.4f,", vs_omp);
-      printf("\"ratio_vs_seq\":%.4f}\n", vs_seq);
+      bench_json_num("ratio_vs_omp", vs_omp, "%.4f");
+      printf(",\"ratio_vs_seq\":%.4f}\n", vs_seq);
     } else {
       char thr[16], vo[16];
       snprintf(thr, sizeof thr, "%d%s", cf->threads, over ? "*" : "");
-      snprintf(vo, sizeof vo, isnan(vs_omp) ? "-" : "%.3f", vs_omp);
       printf("%-10s %7s %-6s %4d %12.1f %13.3f %12s %12.3f %10.1f\n", "branches", thr,
-             SCHED_NAMES[cf->sched], reps, cf->median_us, speedup, vo, vs_seq, cf->min_us);
+             SCHED_NAMES[cf->sched], reps, cf->median_us, speedup,
+             bench_fmt_num(vo, sizeof vo, "%.3f", vs_omp), vs_seq, cf->min_us);
     }
   }
   fflush(stdout);
@@ -389,44 +354,11 @@ static void usage(FILE *to) {
           MIN_REPS, DEFAULT_REPS);
 }
 
-static int parse_args(int argc, char **argv, options *opt) {
-  memset(opt, 0, sizeof *opt);
-  opt->reps = DEFAULT_REPS;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(arg, "--json") == 0) {
-      opt->json = 1;
-    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      usage(stdout);
-      exit(0);
-    } else if (strcmp(arg, "--reps") == 0 && val) {
-      char *end;
-      long r = strtol(val, &end, 10);
-      if (*end || r < MIN_REPS || r > 100000) {
-        fprintf(stderr, "bench_branches: --reps needs an integer >= %d\n", MIN_REPS);
-        return -1;
-      }
-      opt->reps = (int)r;
-      i++;
-    } else {
-      usage(stderr);
-      return -1;
-    }
-  }
-  return 0;
-}
-
 int main(int argc, char **argv) {
   options opt;
-  if (parse_args(argc, argv, &opt)) return 2;
+  if (bench_opts_parse(argc, argv, &opt, MIN_REPS, DEFAULT_REPS, BENCH_MAX_REPS, usage)) return 2;
   bench_info info;
-  if (bench_info_collect(&info)) {
-    fprintf(stderr, "bench_branches: out of memory\n");
-    return 1;
-  }
-  char blas[320];
-  bench_setup_blas(blas, sizeof blas);
+  if (bench_info_collect(&info, 1)) return 1;
   /* The CPUs this process may use: the affinity mask, as OpenMP sees it. */
   long cpus = omp_get_num_procs();
   if (info.nproc > 0 && info.nproc < cpus) cpus = info.nproc;
@@ -435,7 +367,7 @@ int main(int argc, char **argv) {
   model m;
   int rc = 1;
   if (model_create(&m) == 0 && create_configs(&m) == 0) {
-    print_header(&info, blas, &opt);
+    print_header(&info, &opt);
     fflush(stdout);
     long cpus_before = bench_thread_cpus();
     if (run(&m, opt.reps) == 0) {

@@ -29,7 +29,7 @@
  *
  * Usage: bench_dag [--json] [--nodes N] [--reps R] [--dag NAME]...
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h) */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
 #include <inttypes.h>
 #include <math.h>
@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BENCH_PROG "bench_dag"
 #include "bench_common.h"
 #include "graft.h"
 
@@ -312,13 +313,6 @@ typedef struct measurement {
   int64_t live_nodes[N_CONFIGS], tiles[N_CONFIGS], steals[N_CONFIGS];
 } measurement;
 
-static int report(graft_status s, const char *what, const graft_function *f) {
-  if (s == GRAFT_OK) return 0;
-  fprintf(stderr, "bench_dag: %s failed: %s (%s)%s%s\n", what, graft_status_name(s),
-          graft_status_str(s), f ? ": " : "", f ? graft_function_errmsg(f) : "");
-  return -1;
-}
-
 static int check_output(const dag *d, const graft_tensor *out, const char *sched, int threads) {
   float got = *(const float *)graft_tensor_data(out);
   float tol = 1e-5f * (fabsf(d->expect) > 1.0f ? fabsf(d->expect) : 1.0f);
@@ -328,37 +322,52 @@ static int check_output(const dag *d, const graft_tensor *out, const char *sched
   return -1;
 }
 
+/* One (family, size) on every config: its functions and their operands. */
+typedef struct measure_ctx {
+  const dag *d;
+  graft_tensor *const *in;
+  graft_tensor *out;
+  graft_function *f[N_CONFIGS];
+} measure_ctx;
+
+static int measure_call(void *ctx, int c) {
+  measure_ctx *x = ctx;
+  graft_tensor *out = x->out;
+  return bench_report(graft_function_call(x->f[c], N_INPUTS, x->in, 1, &out),
+                      "graft_function_call", x->f[c])
+             ? -1
+             : 1;
+}
+
+static int measure_check(void *ctx, int c) {
+  measure_ctx *x = ctx;
+  return check_output(x->d, x->out, SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads);
+}
+
 static int measure(const dag *d, int reps, graft_tensor *const *in, graft_tensor *out,
                    measurement *m) {
-  graft_function *f[N_CONFIGS] = {NULL};
+  measure_ctx x = {.d = d, .in = in, .out = out};
   double *t = malloc((size_t)(N_CONFIGS * reps) * sizeof *t);
   int rc = -1;
-  if (!t) {
-    fprintf(stderr, "bench_dag: out of memory\n");
-    return -1;
-  }
+  if (!t) return bench_oom();
   memset(m, 0, sizeof *m);
   m->nodes = d->n;
   m->reps = reps;
-  graft_function_desc desc = {
-      .name = DAG_NAMES[d->kind], .trace = trace_dag, .user = (void *)d,
-      .n_inputs = N_INPUTS, .n_outputs = 1};
   for (int c = 0; c < N_CONFIGS; c++) {
     const config *cf = &CONFIGS[c];
-    if (report(graft_function_create(cf->rt, &desc, &f[c]), "graft_function_create", NULL))
+    if (bench_function_create(cf->rt, DAG_NAMES[d->kind], trace_dag, (void *)d, N_INPUTS, 1,
+                              &x.f[c]))
       goto done;
     /* Warm-up: traces, compiles, and touches the arena. */
     double t0 = bench_now_us();
-    if (report(graft_function_call(f[c], N_INPUTS, in, 1, &out), "graft_function_call", f[c]) ||
-        check_output(d, out, SCHED_NAMES[cf->sched], cf->threads))
-      goto done;
+    if (measure_call(&x, c) < 0 || measure_check(&x, c)) goto done;
     double first_s = (bench_now_us() - t0) * 1e-6;
     if (first_s > SLOW_FIRST_CALL_S) /* so a long run does not look hung */
       fprintf(stderr, "bench_dag: note: the first call of %s (%" PRId64 " nodes) on %s/%d took "
               "%.1f s (trace and compile)\n",
               DAG_NAMES[d->kind], d->n, SCHED_NAMES[cf->sched], cf->threads, first_s);
     graft_plan_stats st;
-    if (report(graft_function_stats(f[c], &st), "graft_function_stats", f[c])) goto done;
+    if (bench_report(graft_function_stats(x.f[c], &st), "graft_function_stats", x.f[c])) goto done;
     m->compile_ms[c] = st.compile_us * 1e-3;
     m->live_nodes[c] = st.live_nodes;
     m->tiles[c] = st.tiles;
@@ -367,30 +376,19 @@ static int measure(const dag *d, int reps, graft_tensor *const *in, graft_tensor
               " units for %" PRId64 " compute nodes\n",
               DAG_NAMES[d->kind], SCHED_NAMES[cf->sched], cf->threads, st.tiles, d->n);
   }
-  for (int r = 0; r < reps; r++) {
-    /* Rotate the first config so none always runs right after another. */
-    for (int k = 0; k < N_CONFIGS; k++) {
-      int c = (r + k) % N_CONFIGS;
-      double t0 = bench_now_us();
-      if (report(graft_function_call(f[c], N_INPUTS, in, 1, &out), "graft_function_call", f[c]))
-        goto done;
-      t[c * reps + r] = bench_now_us() - t0;
-      if (check_output(d, out, SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads)) goto done;
-    }
-  }
+  if (bench_timed_reps(N_CONFIGS, reps, t, measure_call, measure_check, &x)) goto done;
   for (int c = 0; c < N_CONFIGS; c++) {
     graft_plan_stats st;
-    if (report(graft_function_stats(f[c], &st), "graft_function_stats", f[c])) goto done;
+    if (bench_report(graft_function_stats(x.f[c], &st), "graft_function_stats", x.f[c])) goto done;
     m->steals[c] = st.steals;
-    if (graft_function_trace_count(f[c]) != 1)
-      fprintf(stderr, "bench_dag: warning: %s traced %d times (expected 1)\n",
-              DAG_NAMES[d->kind], graft_function_trace_count(f[c]));
-    m->ns_per_node[c] = bench_median(&t[c * reps], reps) * 1e3 / (double)d->n;
-    m->min_ns_per_node[c] = t[c * reps] * 1e3 / (double)d->n; /* sorted by the median */
+    bench_warn_traced(x.f[c], DAG_NAMES[d->kind]);
+    double min;
+    m->ns_per_node[c] = bench_median_min(&t[c * reps], reps, &min) * 1e3 / (double)d->n;
+    m->min_ns_per_node[c] = min * 1e3 / (double)d->n;
   }
   rc = 0;
 done:
-  for (int c = 0; c < N_CONFIGS; c++) graft_function_destroy(f[c]);
+  for (int c = 0; c < N_CONFIGS; c++) graft_function_destroy(x.f[c]);
   free(t);
   return rc;
 }
@@ -419,30 +417,25 @@ static void print_rows(const options *opt, dag_kind kind, const measurement *m,
       printf("{\"type\":\"row\",\"name\":\"%s\",\"nodes\":%" PRId64 ",\"sched\":\"%s\","
              "\"threads\":%d,\"oversubscribed\":%s,\"reps\":%d,\"median_ns_per_node\":%.3f,"
              "\"min_ns_per_node\":%.3f,\"median_ms_per_call\":%.4f,\"seq_ns_per_node\":%.3f,"
-             "\"ratio_vs_seq\":%.4f,",
+             "\"ratio_vs_seq\":%.4f",
              DAG_NAMES[kind], m->nodes, SCHED_NAMES[cf->sched], cf->threads,
              over ? "true" : "false", m->reps, ns, m->min_ns_per_node[c],
              ns * (double)m->nodes * 1e-6, seq_ns, vs_seq);
-      if (isnan(vs_omp))
-        printf("\"ratio_vs_omp\":null,");
-      else
-        printf("\"ratio_vs_omp\":%.4f,", vs_omp);
-      if (isnan(growth))
-        printf("\"growth\":null,");
-      else
-        printf("\"growth\":%.4f,\"growth_from_nodes\":%" PRId64 ",", growth, small->nodes);
-      printf("\"live_nodes\":%" PRId64 ",\"tiles\":%" PRId64 ",\"steals\":%" PRId64
+      bench_json_num("ratio_vs_omp", vs_omp, "%.4f");
+      bench_json_num("growth", growth, "%.4f");
+      if (!isnan(growth)) printf(",\"growth_from_nodes\":%" PRId64, small->nodes);
+      printf(",\"live_nodes\":%" PRId64 ",\"tiles\":%" PRId64 ",\"steals\":%" PRId64
              ",\"compile_ms\":%.2f}\n",
              m->live_nodes[c], m->tiles[c], m->steals[c], m->compile_ms[c]);
     } else {
       char thr[16], vo[16], gr[16];
       snprintf(thr, sizeof thr, "%d%s", cf->threads, over ? "*" : "");
-      snprintf(vo, sizeof vo, isnan(vs_omp) ? "-" : "%.3f", vs_omp);
-      snprintf(gr, sizeof gr, isnan(growth) ? "-" : "%.3f", growth);
       printf("%-10s %8" PRId64 " %-5s %7s %4d %18.2f %15.2f %12.3f %12s %7s %15.2f %9" PRId64
              " %10.0f\n",
-             DAG_NAMES[kind], m->nodes, SCHED_NAMES[cf->sched], thr, m->reps, ns, seq_ns,
-             vs_seq, vo, gr, m->min_ns_per_node[c], m->steals[c], m->compile_ms[c]);
+             DAG_NAMES[kind], m->nodes, SCHED_NAMES[cf->sched], thr, m->reps, ns, seq_ns, vs_seq,
+             bench_fmt_num(vo, sizeof vo, "%.3f", vs_omp),
+             bench_fmt_num(gr, sizeof gr, "%.3f", growth), m->min_ns_per_node[c], m->steals[c],
+             m->compile_ms[c]);
     }
   }
   fflush(stdout);
@@ -453,11 +446,9 @@ static void print_header(const bench_info *info, const options *opt) {
   char keys[N_CONFIGS][32];
   char grain[32];
   snprintf(grain, sizeof grain, "%" PRId64, (int64_t)GRAIN);
-  for (int c = 0; c < N_CONFIGS; c++) {
-    snprintf(keys[c], sizeof keys[c], "runtime %s/%d", SCHED_NAMES[CONFIGS[c].sched],
-             CONFIGS[c].threads);
-    extra[c] = (bench_kv){keys[c], CONFIGS[c].describe};
-  }
+  for (int c = 0; c < N_CONFIGS; c++)
+    extra[c] = bench_runtime_kv(keys[c], sizeof keys[c], SCHED_NAMES[CONFIGS[c].sched],
+                                CONFIGS[c].threads, CONFIGS[c].describe);
   extra[N_CONFIGS] = (bench_kv){"grain", grain};
   bench_header_print(info, "bench_dag",
                      "ns per node of ws, omp and seq on ~N-node DAGs of rank-0 f32 ops", extra,
@@ -486,69 +477,48 @@ static void usage(FILE *to) {
           MIN_NODES, MAX_NODES, DEFAULT_NODES, MIN_REPS, DEFAULT_REPS, SMALL_REPS_FACTOR);
 }
 
+/* --nodes and --dag (bench_parse_args). */
+static int own_option(void *ctx, const char *arg, const char *val) {
+  options *opt = ctx;
+  if (strcmp(arg, "--nodes") == 0 && val) {
+    char *end;
+    long long n = strtoll(val, &end, 10);
+    if (*end || n < MIN_NODES || n > MAX_NODES) {
+      fprintf(stderr, "bench_dag: --nodes needs an integer in %d..%d\n", MIN_NODES, MAX_NODES);
+      return -1;
+    }
+    opt->nodes = n;
+    return 2;
+  }
+  if (strcmp(arg, "--dag") == 0 && val) {
+    int k = 0;
+    while (k < N_DAGS && strcmp(val, DAG_NAMES[k]) != 0) k++;
+    if (k == N_DAGS) {
+      fprintf(stderr, "bench_dag: unknown --dag '%s' (chain, fanout, tree, wavefront)\n", val);
+      return -1;
+    }
+    opt->dag_mask |= 1u << k;
+    return 2;
+  }
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, options *opt) {
   memset(opt, 0, sizeof *opt);
   opt->nodes = DEFAULT_NODES;
   opt->reps = DEFAULT_REPS;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-    char *end;
-    if (strcmp(arg, "--json") == 0) {
-      opt->json = 1;
-    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      usage(stdout);
-      exit(0);
-    } else if (strcmp(arg, "--nodes") == 0 && val) {
-      long long n = strtoll(val, &end, 10);
-      if (*end || n < MIN_NODES || n > MAX_NODES) {
-        fprintf(stderr, "bench_dag: --nodes needs an integer in %d..%d\n", MIN_NODES, MAX_NODES);
-        return -1;
-      }
-      opt->nodes = n;
-      i++;
-    } else if (strcmp(arg, "--reps") == 0 && val) {
-      long r = strtol(val, &end, 10);
-      if (*end || r < MIN_REPS || r > 100000) {
-        fprintf(stderr, "bench_dag: --reps needs an integer >= %d\n", MIN_REPS);
-        return -1;
-      }
-      opt->reps = (int)r;
-      i++;
-    } else if (strcmp(arg, "--dag") == 0 && val) {
-      int k = 0;
-      while (k < N_DAGS && strcmp(val, DAG_NAMES[k]) != 0) k++;
-      if (k == N_DAGS) {
-        fprintf(stderr, "bench_dag: unknown --dag '%s' (chain, fanout, tree, wavefront)\n", val);
-        return -1;
-      }
-      opt->dag_mask |= 1u << k;
-      i++;
-    } else {
-      usage(stderr);
-      return -1;
-    }
-  }
+  if (bench_parse_args(argc, argv, &opt->json, &opt->reps, MIN_REPS, BENCH_MAX_REPS, usage,
+                       own_option, opt))
+    return -1;
   if (!opt->dag_mask) opt->dag_mask = (1u << N_DAGS) - 1;
   return 0;
 }
 
 static int create_runtimes(void) {
-  for (int c = 0; c < N_CONFIGS; c++) {
-    graft_runtime_opts ro;
-    graft_runtime_opts_init(&ro);
-    ro.num_threads = CONFIGS[c].threads;
-    ro.sched = SCHED_NAMES[CONFIGS[c].sched];
-    ro.grain = GRAIN;
-    char err[512] = "";
-    graft_status st = graft_runtime_create_ex(&ro, &CONFIGS[c].rt, err, sizeof err);
-    if (st != GRAFT_OK) {
-      fprintf(stderr, "bench_dag: graft_runtime_create (%s, %d threads) failed: %s (%s): %s\n",
-              ro.sched, ro.num_threads, graft_status_name(st), graft_status_str(st), err);
+  for (int c = 0; c < N_CONFIGS; c++)
+    if (bench_runtime_create(SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads, GRAIN, NULL,
+                             &CONFIGS[c].rt, CONFIGS[c].describe, sizeof CONFIGS[c].describe))
       return -1;
-    }
-    graft_runtime_describe(CONFIGS[c].rt, CONFIGS[c].describe, sizeof CONFIGS[c].describe);
-  }
   return 0;
 }
 
@@ -556,10 +526,7 @@ int main(int argc, char **argv) {
   options opt;
   if (parse_args(argc, argv, &opt)) return 2;
   bench_info info;
-  if (bench_info_collect(&info)) {
-    fprintf(stderr, "bench_dag: out of memory\n");
-    return 1;
-  }
+  if (bench_info_collect(&info, 0)) return 1;
   int failures = 0;
   graft_tensor *in[N_INPUTS] = {NULL}, *out = NULL;
   if (create_runtimes()) {
@@ -567,13 +534,13 @@ int main(int argc, char **argv) {
     goto done;
   }
   for (int i = 0; i < N_INPUTS; i++)
-    if (report(graft_tensor_create(GRAFT_F32, 0, NULL, &in[i]), "graft_tensor_create", NULL)) {
+    if (bench_report(graft_tensor_create(GRAFT_F32, 0, NULL, &in[i]), "graft_tensor_create", NULL)) {
       failures++;
       goto done;
     } else {
       *(float *)graft_tensor_data(in[i]) = INPUT_VALUES[i];
     }
-  if (report(graft_tensor_create(GRAFT_F32, 0, NULL, &out), "graft_tensor_create", NULL)) {
+  if (bench_report(graft_tensor_create(GRAFT_F32, 0, NULL, &out), "graft_tensor_create", NULL)) {
     failures++;
     goto done;
   }

@@ -39,23 +39,19 @@
  *
  * Usage: bench_hvp [--json] [--reps N]
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h), open_memstream */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "bench_common.h"
-#include "graft.h"
 
 #define BENCH_PROG "bench_hvp"
+#include "bench_common.h"
 #include "bench_mlp_model.h"
+#include "graft.h"
 
 #define MIN_REPS 7
 #define DEFAULT_REPS 11
@@ -66,16 +62,8 @@
 #define FD_STEP 1e-2      /* h of the central difference (v is of the weights' scale) */
 #define FD_TOL 1e-3       /* ||HVP - FD|| / ||FD|| (f32: about 5e-5 here) */
 #define JVP_TOL 1e-3      /* |jvp - grad . v| <= JVP_TOL |grad . v| + 1e-6 sum |g v| */
-#define MAX_OPS 64
-
-static void die_oom(void) {
-  fprintf(stderr, BENCH_PROG ": out of memory\n");
-  exit(1);
-}
 
 static const char *const VAR_NAMES[N_VARS] = {"W1", "b1", "W2", "b2", "W3", "b3"};
-
-static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 /* ---- the traced functions --------------------------------------------------- */
 
@@ -182,41 +170,18 @@ static float *V[N_VARS];        /* the tangents */
 static graft_tensor *TV[N_VARS];
 static graft_tensor *IN[2 + N_VARS]; /* x, labels, v1..6 */
 
-static int create_runtime(int threads, const char *trace_path, graft_runtime **rt, char *desc,
-                          size_t desc_len) {
-  graft_runtime_opts ro;
-  graft_runtime_opts_init(&ro);
-  ro.num_threads = threads;
-  ro.sched = "ws";
-  ro.trace_path = trace_path;
-  char err[512] = "";
-  graft_status st = graft_runtime_create_ex(&ro, rt, err, sizeof err);
-  if (st != GRAFT_OK) {
-    fprintf(stderr, BENCH_PROG ": graft_runtime_create (ws, %d threads) failed: %s (%s): %s\n",
-            threads, graft_status_name(st), graft_status_str(st), err);
-    return -1;
-  }
-  if (desc) graft_runtime_describe(*rt, desc, desc_len);
-  return 0;
-}
-
 static int create_function(graft_runtime *rt, fkind k, graft_function **f) {
-  graft_function_desc desc = {.name = FNAMES[k],
-                              .trace = TRACE_FNS[k],
-                              .user = &M,
-                              .n_inputs = N_IN[k],
-                              .n_outputs = N_OUT[k]};
-  return mlp_report(graft_function_create(rt, &desc, f), "graft_function_create", NULL);
+  return bench_function_create(rt, FNAMES[k], TRACE_FNS[k], &M, N_IN[k], N_OUT[k], f);
 }
 
 /* Output i of a function of kind k: the loss or a scalar (rank 0), or shaped
  * like variable j. */
 static int create_output(fkind k, int i, graft_tensor **out) {
   int var = k == F_GRAD ? i - 1 : k == F_HVP ? i : -1;
-  if (var < 0) return mlp_report(graft_tensor_create(GRAFT_F32, 0, NULL, out), "graft_tensor_create", NULL);
+  if (var < 0) return bench_report(graft_tensor_create(GRAFT_F32, 0, NULL, out), "graft_tensor_create", NULL);
   int l = var / 2;
   const int64_t wshape[2] = {DIMS[l], DIMS[l + 1]}, bshape[1] = {DIMS[l + 1]};
-  return mlp_report(graft_tensor_create(GRAFT_F32, var % 2 ? 1 : 2, var % 2 ? bshape : wshape, out),
+  return bench_report(graft_tensor_create(GRAFT_F32, var % 2 ? 1 : 2, var % 2 ? bshape : wshape, out),
                     "graft_tensor_create", NULL);
 }
 
@@ -226,9 +191,9 @@ static int setup(void) {
     int l = i / 2;
     float scale = i % 2 ? 0.1f : (float)sqrt((l + 1 < N_LAYERS ? 6.0 : 3.0) / DIMS[l]);
     const int64_t wshape[2] = {DIMS[l], DIMS[l + 1]}, bshape[1] = {DIMS[l + 1]};
-    if (!(V[i] = alloc_f32(var_count(i)))) die_oom();
-    fill(V[i], var_count(i), 40 + (uint64_t)i, scale);
-    if (mlp_report(graft_tensor_wrap(GRAFT_F32, i % 2 ? 1 : 2, i % 2 ? bshape : wshape, V[i], &TV[i]),
+    if (!(V[i] = bench_alloc_f32(var_count(i)))) return bench_oom();
+    bench_fill_f32(V[i], var_count(i), 40 + (uint64_t)i, scale);
+    if (bench_report(graft_tensor_wrap(GRAFT_F32, i % 2 ? 1 : 2, i % 2 ? bshape : wshape, V[i], &TV[i]),
                    "graft_tensor_wrap", NULL))
       return -1;
   }
@@ -236,7 +201,8 @@ static int setup(void) {
   IN[1] = M.tlabels;
   for (int i = 0; i < N_VARS; i++) IN[2 + i] = TV[i];
   for (int r = 0; r < N_RUNTIMES; r++)
-    if (create_runtime(RT_THREADS[r], NULL, &RUNTIMES[r], RT_DESCRIBE[r], sizeof RT_DESCRIBE[r]))
+    if (bench_runtime_create("ws", RT_THREADS[r], 0, NULL, &RUNTIMES[r], RT_DESCRIBE[r],
+                             sizeof RT_DESCRIBE[r]))
       return -1;
   for (int r = 0; r < N_RUNTIMES; r++)
     for (int k = 0; k < N_FKINDS; k++) {
@@ -278,39 +244,38 @@ static int all_finite(const graft_tensor *t) {
   return 1;
 }
 
-/* One call of c; *ms gets the time of graft_function_call alone.  Every
- * output is then checked for non-finite values. */
-static int call_config(config *c, double *ms) {
-  double t0 = bench_now_us();
-  graft_status st = graft_function_call(c->f, N_IN[c->kind], IN, N_OUT[c->kind], c->out);
-  *ms = (bench_now_us() - t0) * 1e-3;
-  if (mlp_report(st, "graft_function_call", c->f)) return -1;
+/* One call of config c (timed by bench_timed_reps). */
+static int call_config(void *ctx, int c) {
+  (void)ctx;
+  config *cf = &CONFIGS[c];
+  graft_status st = graft_function_call(cf->f, N_IN[cf->kind], IN, N_OUT[cf->kind], cf->out);
+  return bench_report(st, "graft_function_call", cf->f) ? -1 : 1;
+}
+
+/* After each call, untimed: are the outputs finite? */
+static int check_config(void *ctx, int c) {
+  (void)ctx;
+  config *cf = &CONFIGS[c];
   int ok = 1;
-  for (int i = 0; i < N_OUT[c->kind]; i++) ok &= all_finite(c->out[i]);
-  c->calls++;
-  c->bad_calls += !ok;
+  for (int i = 0; i < N_OUT[cf->kind]; i++) ok &= all_finite(cf->out[i]);
+  cf->calls++;
+  cf->bad_calls += !ok;
   return 0;
 }
 
 static int run(int reps) {
   double *t = malloc((size_t)N_CONFIGS * (size_t)reps * sizeof *t);
-  if (!t) die_oom();
+  if (!t) return bench_oom();
   int rc = -1;
-  double ms;
   for (int c = 0; c < N_CONFIGS; c++)
     for (int w = 0; w < WARMUP_CALLS; w++)
-      if (call_config(&CONFIGS[c], &ms)) goto done;
-  for (int r = 0; r < reps; r++)
-    for (int k = 0; k < N_CONFIGS; k++) {
-      int c = (r + k) % N_CONFIGS;
-      if (call_config(&CONFIGS[c], &t[c * reps + r])) goto done;
-    }
+      if (call_config(NULL, c) < 0 || check_config(NULL, c)) goto done;
+  if (bench_timed_reps(N_CONFIGS, reps, t, call_config, check_config, NULL)) goto done;
   for (int c = 0; c < N_CONFIGS; c++) {
-    CONFIGS[c].median_ms = bench_median(&t[c * reps], reps);
-    CONFIGS[c].min_ms = t[c * reps]; /* sorted by the median */
-    if (graft_function_trace_count(CONFIGS[c].f) != 1)
-      fprintf(stderr, BENCH_PROG ": warning: %s traced %d times (expected 1)\n",
-              FNAMES[CONFIGS[c].kind], graft_function_trace_count(CONFIGS[c].f));
+    config *cf = &CONFIGS[c];
+    cf->median_ms = bench_median_min(&t[c * reps], reps, &cf->min_ms) * 1e-3;
+    cf->min_ms *= 1e-3;
+    bench_warn_traced(cf->f, FNAMES[cf->kind]);
   }
   rc = 0;
 done:
@@ -324,273 +289,104 @@ enum { P_FWD, P_BWD, P_TFWD, P_TBWD, N_PARTS };
 static const char *const PART_NAMES[N_PARTS] = {"forward", "backward", "tangent_fwd",
                                                 "tangent_bwd"};
 
-typedef struct gnode {
-  char op[32];
-  int role; /* 0 forward, 1 backward (firebrick), 2 tangent (royalblue) */
-  int part;
-  int live, rank, n_in;
-  int64_t shape[GRAFT_MAX_RANK];
-  uint32_t in[4]; /* the first four inputs */
-} gnode;
-
 typedef struct graph_info {
-  int n;
-  gnode *nodes;
+  bench_graph g;
   int matmuls[N_PARTS];
   double gflop[N_PARTS];
   int matmuls_all;
   double gflop_all;
 } graph_info;
 
-static void parse_shape(const char *s, gnode *g) {
-  s = strchr(s, '[');
-  if (!s) return;
-  s++;
-  while (*s && *s != ']' && g->rank < GRAFT_MAX_RANK) {
-    char *e;
-    long long v = strtoll(s, &e, 10);
-    if (e == s) break;
-    g->shape[g->rank++] = v;
-    s = *e == ',' ? e + 1 : e;
-  }
-}
-
-static int graph_grow(graph_info *gi, unsigned id) {
-  if ((int)id < gi->n) return 0;
-  int n = (int)id + 1;
-  gnode *p = realloc(gi->nodes, (size_t)n * sizeof *p);
-  if (!p) return -1;
-  memset(p + gi->n, 0, (size_t)(n - gi->n) * sizeof *p);
-  gi->nodes = p;
-  gi->n = n;
-  return 0;
-}
-
-/* Reads f's graph (op, role, liveness, shape, inputs per node), splits it
- * into parts and counts the live matmuls of each. */
-static int graph_info_read(graft_function *f, graph_info *gi) {
-  memset(gi, 0, sizeof *gi);
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *mem = open_memstream(&buf, &len);
-  if (!mem) die_oom();
-  graft_status st = graft_function_write_dot(f, mem);
-  fclose(mem);
-  if (mlp_report(st, "graft_function_write_dot", f)) {
-    free(buf);
-    return -1;
-  }
-  for (char *line = buf, *next; line && *line; line = next) {
-    char *nl = strchr(line, '\n');
-    next = nl ? nl + 1 : NULL;
-    if (nl) *nl = '\0';
-    unsigned src, dst, id;
-    if (sscanf(line, " n%u -> n%u;", &src, &dst) == 2) {
-      if ((int)dst >= gi->n) continue;
-      gnode *g = &gi->nodes[dst];
-      if (g->n_in < 4) g->in[g->n_in] = src;
-      g->n_in++;
-      continue;
-    }
-    const char *label = strstr(line, "label=\"#");
-    if (!label || sscanf(line, " n%u [", &id) != 1) continue;
-    if (graph_grow(gi, id)) die_oom();
-    gnode *g = &gi->nodes[id];
-    g->live = strstr(line, "style=\"filled\"") != NULL;
-    g->role = strstr(line, ", color=firebrick") ? 1 : strstr(line, ", color=royalblue") ? 2 : 0;
-    const char *p = label + 8;
-    while (isdigit((unsigned char)*p)) p++;
-    while (*p == ' ') p++;
-    size_t k = 0;
-    while (*p && *p != ' ' && *p != '\\' && *p != '"' && k + 1 < sizeof g->op) g->op[k++] = *p++;
-    g->op[k] = '\0';
-    const char *dims = strstr(p, "\\n"); /* the label's second line: dtype and shape */
-    if (dims) parse_shape(dims, g);
-  }
-  free(buf);
-  /* Parts, in id order (inputs come first). */
-  for (int id = 0; id < gi->n; id++) {
-    gnode *g = &gi->nodes[id];
-    g->part = g->role == 1 ? P_BWD : g->role == 0 ? P_FWD : P_TFWD;
-    if (g->role == 2)
-      for (int j = 0; j < g->n_in && j < 4; j++) {
-        int p = (int)g->in[j] < gi->n ? gi->nodes[g->in[j]].part : P_FWD;
-        if (p == P_BWD || p == P_TBWD) g->part = P_TBWD;
+/* Each node's part, in id order (inputs come first): backward and forward
+ * by colour; a tangent node is tangent_bwd when it reads a backward or a
+ * tangent_bwd node. */
+static void graph_parts(bench_graph *g) {
+  for (int id = 0; id < g->n; id++) {
+    bench_gnode *nd = &g->nodes[id];
+    nd->part = nd->role == 1 ? P_BWD : nd->role == 0 ? P_FWD : P_TFWD;
+    if (nd->role == 2)
+      for (int j = 0; j < nd->n_in && j < 4; j++) {
+        int p = (int)nd->in[j] < g->n ? g->nodes[nd->in[j]].part : P_FWD;
+        if (p == P_BWD || p == P_TBWD) nd->part = P_TBWD;
       }
   }
-  /* Live matmuls: 2*M*N*K each, K from a's shape (whichever dim is not M). */
-  for (int id = 0; id < gi->n; id++) {
-    const gnode *g = &gi->nodes[id];
-    if (!g->live || strcmp(g->op, "matmul") != 0 || g->rank < 2 || g->n_in < 2) continue;
-    const gnode *a = &gi->nodes[g->in[0]];
-    if (a->rank < 2) continue;
-    double batch = 1.0;
-    for (int d = 0; d < g->rank - 2; d++) batch *= (double)g->shape[d];
-    int64_t M = g->shape[g->rank - 2], N = g->shape[g->rank - 1];
-    int64_t a0 = a->shape[a->rank - 2], a1 = a->shape[a->rank - 1];
-    int64_t K = a0 == M ? a1 : a0;
-    double gf = 2e-9 * batch * (double)M * (double)N * (double)K;
-    gi->matmuls[g->part]++;
-    gi->gflop[g->part] += gf;
+}
+
+/* Reads f's graph, splits it into parts and counts the live matmuls of
+ * each: 2*M*N*K apiece. */
+static int graph_info_read(graft_function *f, graph_info *gi) {
+  memset(gi, 0, sizeof *gi);
+  if (bench_graph_read(f, &gi->g)) return -1;
+  graph_parts(&gi->g);
+  bench_mm e;
+  for (int id = 0; id < gi->g.n; id++) {
+    if (!bench_graph_matmul(&gi->g, id, &e)) continue;
+    double gf = 2e-9 * (double)e.batch * (double)e.M * (double)e.N * (double)e.K;
+    int part = gi->g.nodes[id].part;
+    gi->matmuls[part]++;
+    gi->gflop[part] += gf;
     gi->matmuls_all++;
     gi->gflop_all += gf;
   }
   return 0;
 }
 
-static void graph_info_free(graph_info *gi) {
-  free(gi->nodes);
-  gi->nodes = NULL;
-  gi->n = 0;
-}
-
 /* ---- where the time goes: a traced 1-thread ws runtime ---------------------- */
-
-typedef struct op_time {
-  int part;
-  char op[32];
-  int nodes;
-  int64_t tiles;
-  double us;
-} op_time;
 
 typedef struct breakdown {
   int ok;
   double wall_us;          /* median call */
   double busy_us;          /* per-tile medians summed */
   double part_us[N_PARTS];
-  int n_ops;
-  op_time ops[MAX_OPS];
+  bench_ops ops;           /* by (part, op), largest first */
 } breakdown;
 
-typedef struct tile_event {
-  uint32_t node;
-  int32_t tile;
-  double us;
-} tile_event;
+/* The function of kind k with its outputs, for bench_traced_run. */
+typedef struct traced_fn {
+  fkind k;
+  graft_tensor *out[1 + N_VARS];
+} traced_fn;
 
-static int cmp_tile_event(const void *a, const void *b) {
-  const tile_event *x = a, *y = b;
-  if (x->node != y->node) return (x->node > y->node) - (x->node < y->node);
-  if (x->tile != y->tile) return (x->tile > y->tile) - (x->tile < y->tile);
-  return (x->us > y->us) - (x->us < y->us);
-}
-
-static int cmp_op_time(const void *a, const void *b) {
-  double x = ((const op_time *)a)->us, y = ((const op_time *)b)->us;
-  return (x < y) - (x > y);
-}
-
-static op_time *op_slot(breakdown *b, int part, const char *op) {
-  for (int i = 0; i < b->n_ops; i++)
-    if (b->ops[i].part == part && strcmp(b->ops[i].op, op) == 0) return &b->ops[i];
-  if (b->n_ops == MAX_OPS) return NULL;
-  op_time *o = &b->ops[b->n_ops++];
-  memset(o, 0, sizeof *o);
-  o->part = part;
-  snprintf(o->op, sizeof o->op, "%s", op);
-  return o;
-}
-
-/* The kernel events of the Chrome trace at path from offset on, summed by
- * (part, op) with each tile's median duration over the calls. */
-static int breakdown_parse(const char *path, long offset, const graph_info *gi, breakdown *b) {
-  FILE *fp = fopen(path, "r");
-  if (!fp || fseek(fp, offset, SEEK_SET) != 0) {
-    fprintf(stderr, BENCH_PROG ": cannot read the trace %s\n", path);
-    if (fp) fclose(fp);
-    return -1;
-  }
-  tile_event *ev = NULL;
-  int64_t n = 0, cap = 0;
-  char line[1024];
-  while (fgets(line, sizeof line, fp)) {
-    const char *p = strstr(line, "{\"name\":\"");
-    if (!p || !strstr(p, "\"ph\":\"X\"")) continue;
-    const char *hash = strstr(p, " #"), *dur = strstr(p, "\"dur\":"), *tile = strstr(p, "\"tile\":");
-    if (!hash || !dur || !tile) continue;
-    if (n == cap) {
-      cap = cap ? 2 * cap : 1024;
-      tile_event *grown = realloc(ev, (size_t)cap * sizeof *ev);
-      if (!grown) die_oom();
-      ev = grown;
-    }
-    ev[n++] = (tile_event){(uint32_t)strtoul(hash + 2, NULL, 10),
-                           (int32_t)strtol(tile + 7, NULL, 10), strtod(dur + 6, NULL)};
-  }
-  fclose(fp);
-  uint8_t *seen = calloc((size_t)(gi->n ? gi->n : 1), 1);
-  if (!seen) die_oom();
-  qsort(ev, (size_t)n, sizeof *ev, cmp_tile_event);
-  for (int64_t i = 0, j; i < n; i = j) {
-    for (j = i; j < n && ev[j].node == ev[i].node && ev[j].tile == ev[i].tile;) j++;
-    int64_t c = j - i;
-    double med = c % 2 ? ev[i + c / 2].us : 0.5 * (ev[i + c / 2 - 1].us + ev[i + c / 2].us);
-    uint32_t node = ev[i].node;
-    int known = (int)node < gi->n && gi->nodes[node].op[0];
-    int part = known ? gi->nodes[node].part : P_FWD;
-    op_time *o = op_slot(b, part, known ? gi->nodes[node].op : "?");
-    b->busy_us += med;
-    b->part_us[part] += med;
-    if (!o) continue;
-    o->us += med;
-    o->tiles++;
-    if (known && !seen[node]) seen[node] = 1, o->nodes++;
-  }
-  free(seen);
-  free(ev);
-  qsort(b->ops, (size_t)b->n_ops, sizeof b->ops[0], cmp_op_time);
+static int traced_make(void *ctx, graft_runtime *rt, graft_function **f) {
+  traced_fn *tf = ctx;
+  if (create_function(rt, tf->k, f)) return -1;
+  for (int i = 0; i < N_OUT[tf->k]; i++)
+    if (create_output(tf->k, i, &tf->out[i])) return -1;
   return 0;
 }
 
+static int traced_call(void *ctx, graft_function *f) {
+  traced_fn *tf = ctx;
+  return bench_report(graft_function_call(f, N_IN[tf->k], IN, N_OUT[tf->k], tf->out),
+                      "graft_function_call", f);
+}
+
 /* Function k on a fresh 1-thread ws runtime writing a Chrome trace: one
- * call to trace and compile, then BREAKDOWN_CALLS calls. */
+ * call to trace and compile, then BREAKDOWN_CALLS calls; each tile counts
+ * with its median duration over them, summed by part and by (part, op). */
 static int run_breakdown(fkind k, breakdown *b) {
   memset(b, 0, sizeof *b);
-  const char *dir = getenv("TMPDIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/bench_hvp_trace_XXXXXX", dir && *dir ? dir : "/tmp");
-  int fd = mkstemp(path);
-  if (fd < 0) {
-    fprintf(stderr, BENCH_PROG ": cannot create a temporary trace file in %s\n",
-            dir && *dir ? dir : "/tmp");
-    return -1;
+  traced_fn tf = {.k = k};
+  bench_traced tr;
+  int rc = bench_traced_run(1, BREAKDOWN_CALLS, traced_make, traced_call, &tf, &tr);
+  for (int i = 0; i < 1 + N_VARS; i++) graft_tensor_destroy(tf.out[i]);
+  if (rc) return -1;
+  const bench_graph *g = &tr.graph;
+  graph_parts(&tr.graph);
+  b->wall_us = tr.wall_us;
+  for (int64_t i = 0; i < tr.n_tiles; i++) {
+    uint32_t node = tr.tiles[i].node;
+    double med = tr.tiles[i].us;
+    int known = (int)node < g->n && g->nodes[node].op[0];
+    int part = known ? g->nodes[node].part : P_FWD;
+    b->busy_us += med;
+    b->part_us[part] += med;
+    bench_ops_add(&b->ops, part, known ? g->nodes[node].op : "?", known ? (int64_t)node : -1, med);
   }
-  close(fd);
-  graft_runtime *rt = NULL;
-  graft_function *f = NULL;
-  graft_tensor *out[1 + N_VARS] = {0};
-  graph_info gi = {0};
-  double wall[BREAKDOWN_CALLS];
-  int rc = -1;
-  if (create_runtime(1, path, &rt, NULL, 0) || create_function(rt, k, &f)) goto out;
-  for (int i = 0; i < N_OUT[k]; i++)
-    if (create_output(k, i, &out[i])) goto out;
-  if (mlp_report(graft_function_call(f, N_IN[k], IN, N_OUT[k], out), "graft_function_call", f))
-    goto out;
-  struct stat sb;
-  if (stat(path, &sb) != 0) goto out;
-  for (int i = 0; i < BREAKDOWN_CALLS; i++) {
-    double t0 = bench_now_us();
-    if (mlp_report(graft_function_call(f, N_IN[k], IN, N_OUT[k], out), "graft_function_call", f))
-      goto out;
-    wall[i] = bench_now_us() - t0;
-  }
-  b->wall_us = bench_median(wall, BREAKDOWN_CALLS);
-  if (graph_info_read(f, &gi)) goto out;
-  graft_function_destroy(f);
-  f = NULL;
-  graft_runtime_destroy(rt); /* closes the trace */
-  rt = NULL;
-  rc = breakdown_parse(path, (long)sb.st_size, &gi, b);
-  b->ok = rc == 0;
-out:
-  graft_function_destroy(f);
-  graft_runtime_destroy(rt);
-  for (int i = 0; i < 1 + N_VARS; i++) graft_tensor_destroy(out[i]);
-  graph_info_free(&gi);
-  unlink(path);
-  return rc;
+  bench_ops_sort(&b->ops);
+  bench_traced_free(&tr);
+  b->ok = 1;
+  return 0;
 }
 
 /* ---- checks ------------------------------------------------------------------- */
@@ -614,20 +410,19 @@ static int check_fd(checks *ck) {
   graft_tensor *h = NULL, *gp[N_VARS] = {0}, *gm[N_VARS] = {0};
   graft_tensor *in[3 + N_VARS];
   int rc = -1;
-  graft_function_desc desc = {.name = "shifted_grad", .trace = trace_shifted_grad, .user = &M,
-                              .n_inputs = 3 + N_VARS, .n_outputs = N_VARS};
-  if (mlp_report(graft_function_create(RUNTIMES[0], &desc, &f), "graft_function_create", NULL) ||
-      mlp_report(graft_tensor_create(GRAFT_F32, 0, NULL, &h), "graft_tensor_create", NULL))
+  if (bench_function_create(RUNTIMES[0], "shifted_grad", trace_shifted_grad, &M, 3 + N_VARS,
+                            N_VARS, &f) ||
+      bench_report(graft_tensor_create(GRAFT_F32, 0, NULL, &h), "graft_tensor_create", NULL))
     goto out;
   for (int i = 0; i < 2 + N_VARS; i++) in[i] = IN[i];
   in[2 + N_VARS] = h;
   for (int i = 0; i < N_VARS; i++)
     if (create_output(F_HVP, i, &gp[i]) || create_output(F_HVP, i, &gm[i])) goto out;
   *(float *)graft_tensor_data(h) = (float)FD_STEP;
-  if (mlp_report(graft_function_call(f, 3 + N_VARS, in, N_VARS, gp), "graft_function_call", f))
+  if (bench_report(graft_function_call(f, 3 + N_VARS, in, N_VARS, gp), "graft_function_call", f))
     goto out;
   *(float *)graft_tensor_data(h) = (float)-FD_STEP;
-  if (mlp_report(graft_function_call(f, 3 + N_VARS, in, N_VARS, gm), "graft_function_call", f))
+  if (bench_report(graft_function_call(f, 3 + N_VARS, in, N_VARS, gm), "graft_function_call", f))
     goto out;
   double err2 = 0.0, ref2 = 0.0;
   ck->fd_worst_rel = 0.0;
@@ -695,20 +490,9 @@ static void compute_checks(checks *ck) {
 
 /* ---- output ------------------------------------------------------------------- */
 
-typedef struct options {
-  int json;
-  int reps;
-} options;
+typedef bench_opts options;
 
-static void json_num(const char *key, double v, const char *fmt) {
-  printf(",\"%s\":", key);
-  if (isfinite(v))
-    printf(fmt, v);
-  else
-    printf("null");
-}
-
-static void print_header(const bench_info *info, const char *blas, const options *opt) {
+static void print_header(const bench_info *info, const options *opt) {
   char model_desc[256], data_desc[256], tangent_desc[256], fn_desc[512];
   snprintf(model_desc, sizeof model_desc,
            "MLP %d-%d-%d-%d, relu, softmax cross-entropy, batch %d, f32; variables W1 b1 W2 b2 W3 "
@@ -731,11 +515,9 @@ static void print_header(const bench_info *info, const char *blas, const options
   extra[n++] = (bench_kv){"data", data_desc};
   extra[n++] = (bench_kv){"tangents", tangent_desc};
   extra[n++] = (bench_kv){"functions", fn_desc};
-  extra[n++] = (bench_kv){"blas", blas};
-  for (int r = 0; r < N_RUNTIMES; r++) {
-    snprintf(keys[r], sizeof keys[r], "runtime ws/%d", RT_THREADS[r]);
-    extra[n++] = (bench_kv){keys[r], RT_DESCRIBE[r]};
-  }
+  extra[n++] = (bench_kv){"blas", info->blas};
+  for (int r = 0; r < N_RUNTIMES; r++)
+    extra[n++] = bench_runtime_kv(keys[r], sizeof keys[r], "ws", RT_THREADS[r], RT_DESCRIBE[r]);
   bench_header_print(info, "bench_hvp",
                      "HVP (forward-over-reverse) and JVP of the MLP loss vs loss+gradient and "
                      "forward",
@@ -768,25 +550,24 @@ static void print_rows(const options *opt, const graph_info *gi) {
       if (opt->json) {
         printf("{\"type\":\"row\",\"name\":\"%s\",\"threads\":%d,\"reps\":%d", FNAMES[k],
                c->threads, opt->reps);
-        json_num("median_ms", c->median_ms, "%.4f");
-        json_num("min_ms", c->min_ms, "%.4f");
-        json_num("ratio", ratio, "%.4f");
+        bench_json_num("median_ms", c->median_ms, "%.4f");
+        bench_json_num("min_ms", c->min_ms, "%.4f");
+        bench_json_num("ratio", ratio, "%.4f");
         printf(",\"baseline\":%s%s%s", base_k >= 0 ? "\"" : "",
                base_k >= 0 ? FNAMES[base_k] : "null", base_k >= 0 ? "\"" : "");
-        json_num("target", target, "%.2f");
+        bench_json_num("target", target, "%.2f");
         printf(",\"ok\":%s", has_target ? (ok ? "true" : "false") : "null");
-        json_num("gflop", gi[k].gflop_all, "%.4f");
-        json_num("gflops", gflops, "%.2f");
-        json_num("flop_ratio", fratio, "%.4f");
+        bench_json_num("gflop", gi[k].gflop_all, "%.4f");
+        bench_json_num("gflops", gflops, "%.2f");
+        bench_json_num("flop_ratio", fratio, "%.4f");
         printf("}\n");
       } else {
         char ra[16], ta[16], fr[16];
-        snprintf(ra, sizeof ra, isnan(ratio) ? "-" : "%.3f", ratio);
-        snprintf(ta, sizeof ta, has_target ? "%.2f" : "-", target);
-        snprintf(fr, sizeof fr, isnan(fratio) ? "-" : "%.3f", fratio);
         printf("%-12s %7d %4d %9.3f %7s %-9s %6s %3s %9.3f %7.3f %7.1f %10s\n", FNAMES[k],
-               c->threads, opt->reps, c->median_ms, ra, base_k >= 0 ? FNAMES[base_k] : "-", ta,
-               has_target ? (ok ? "yes" : "no") : "-", c->min_ms, gi[k].gflop_all, gflops, fr);
+               c->threads, opt->reps, c->median_ms, bench_fmt_num(ra, sizeof ra, "%.3f", ratio),
+               base_k >= 0 ? FNAMES[base_k] : "-", bench_fmt_num(ta, sizeof ta, "%.2f", target),
+               has_target ? (ok ? "yes" : "no") : "-", c->min_ms, gi[k].gflop_all, gflops,
+               bench_fmt_num(fr, sizeof fr, "%.3f", fratio));
       }
     }
 }
@@ -801,7 +582,7 @@ static int print_stats(const options *opt) {
   for (int c = 0; c < N_CONFIGS; c++) {
     const config *cf = &CONFIGS[c];
     graft_plan_stats st;
-    if (mlp_report(graft_function_stats(cf->f, &st), "graft_function_stats", cf->f)) return -1;
+    if (bench_report(graft_function_stats(cf->f, &st), "graft_function_stats", cf->f)) return -1;
     char name[32];
     snprintf(name, sizeof name, "stats_%s", FNAMES[cf->kind]);
     if (opt->json)
@@ -814,8 +595,8 @@ static int print_stats(const options *opt) {
     else
       printf("%-16s %7d %6" PRId64 " %6" PRId64 " %6" PRId64 " %9.2f %9.2f %8.2f %7" PRId64
              " %10.2f\n",
-             name, cf->threads, st.nodes, st.live_nodes, st.tiles, mib(st.arena_bytes),
-             mib(st.naive_bytes), mib(st.load_bytes), st.inplace, st.compile_us * 1e-3);
+             name, cf->threads, st.nodes, st.live_nodes, st.tiles, bench_mib(st.arena_bytes),
+             bench_mib(st.naive_bytes), bench_mib(st.load_bytes), st.inplace, st.compile_us * 1e-3);
   }
   return 0;
 }
@@ -838,9 +619,9 @@ static void print_parts(const options *opt, const graph_info *gi, const breakdow
       if (opt->json) {
         printf("{\"type\":\"part\",\"name\":\"%s\",\"part\":\"%s\",\"matmuls\":%d", FNAMES[k],
                PART_NAMES[p], gi[k].matmuls[p]);
-        json_num("gflop", gi[k].gflop[p], "%.4f");
-        json_num("us", us, "%.1f");
-        json_num("share", b->ok ? us / b->wall_us : NAN, "%.4f");
+        bench_json_num("gflop", gi[k].gflop[p], "%.4f");
+        bench_json_num("us", us, "%.1f");
+        bench_json_num("share", b->ok ? us / b->wall_us : NAN, "%.4f");
         printf("}\n");
       } else {
         printf("part_%-9s %-11s %7d %7.3f %9.1f %7.3f\n", FNAMES[k], PART_NAMES[p],
@@ -851,9 +632,9 @@ static void print_parts(const options *opt, const graph_info *gi, const breakdow
     double idle = b->wall_us - b->busy_us;
     if (opt->json) {
       printf("{\"type\":\"wall\",\"name\":\"%s\",\"threads\":1", FNAMES[k]);
-      json_num("wall_us", b->wall_us, "%.1f");
-      json_num("busy_us", b->busy_us, "%.1f");
-      json_num("idle_us", idle, "%.1f");
+      bench_json_num("wall_us", b->wall_us, "%.1f");
+      bench_json_num("busy_us", b->busy_us, "%.1f");
+      bench_json_num("idle_us", idle, "%.1f");
       printf("}\n");
     } else {
       printf("wall_%-9s %-11s %7d %7.3f %9.1f %7.3f\n", FNAMES[k], "(all)", gi[k].matmuls_all,
@@ -869,8 +650,8 @@ static void print_parts(const options *opt, const graph_info *gi, const breakdow
   for (int k = 0; k < N_FKINDS; k++) {
     const breakdown *b = &bd[k];
     if (!b->ok) continue;
-    for (int i = 0; i < b->n_ops; i++) {
-      const op_time *o = &b->ops[i];
+    for (int i = 0; i < b->ops.n; i++) {
+      const bench_op_time *o = &b->ops.v[i];
       if (opt->json)
         printf("{\"type\":\"op_time\",\"name\":\"%s\",\"part\":\"%s\",\"op\":\"%s\",\"nodes\":%d,"
                "\"tiles\":%" PRId64 ",\"us\":%.1f,\"share\":%.4f}\n",
@@ -880,16 +661,6 @@ static void print_parts(const options *opt, const graph_info *gi, const breakdow
         printf("op_%-11s %-11s %-22s %5d %6" PRId64 " %9.1f %7.3f\n", FNAMES[k],
                PART_NAMES[o->part], o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
     }
-  }
-}
-
-static void print_check(const options *opt, const char *name, int ok, const char *detail) {
-  if (opt->json) {
-    printf("{\"type\":\"check\",\"name\":\"%s\",\"ok\":%s,\"detail\":", name, ok ? "true" : "false");
-    bench_json_str(detail);
-    printf("}\n");
-  } else {
-    printf("check %-16s %-4s %s\n", name, ok ? "ok" : "FAIL", detail);
   }
 }
 
@@ -907,7 +678,7 @@ static int print_checks(const options *opt, const checks *ck) {
                    c ? "; " : "calls with a non-finite output: ", FNAMES[cf->kind], cf->threads,
                    cf->bad_calls, cf->calls);
   }
-  print_check(opt, "finite", ok, buf);
+  bench_print_check(opt->json, "finite", ok, buf);
   failed |= !ok;
 
   ok = 1;
@@ -921,7 +692,7 @@ static int print_checks(const options *opt, const checks *ck) {
                    RT_THREADS[r] == 1 ? "" : "s", ck->jvp[r], ck->gv[r], ck->jvp_rel[r],
                    ck->gv_mag[r]);
   }
-  print_check(opt, "jvp_vs_grad", ok, buf);
+  bench_print_check(opt->json, "jvp_vs_grad", ok, buf);
   failed |= !ok;
 
   ok = ck->fd_ok_run && ck->fd_rel <= FD_TOL;
@@ -932,13 +703,13 @@ static int print_checks(const options *opt, const checks *ck) {
              FD_STEP, ck->fd_rel, FD_TOL, VAR_NAMES[ck->fd_worst_var], ck->fd_worst_rel);
   else
     snprintf(buf, sizeof buf, "the shifted gradient failed to run");
-  print_check(opt, "hvp_vs_fd", ok, buf);
+  bench_print_check(opt->json, "hvp_vs_fd", ok, buf);
   failed |= !ok;
 
   snprintf(buf, sizeof buf, "hvp at 1 and 2 threads: %s, max |diff| / max |hvp| = %.2e",
            ck->hvp_threads_bitwise ? "bitwise equal" : "not bitwise equal", ck->hvp_threads_rel);
   ok = ck->hvp_threads_rel <= 1e-5;
-  print_check(opt, "hvp_threads", ok, buf);
+  bench_print_check(opt->json, "hvp_threads", ok, buf);
   failed |= !ok;
   return failed ? -1 : 0;
 }
@@ -953,48 +724,18 @@ static void usage(FILE *to) {
           MIN_REPS, DEFAULT_REPS);
 }
 
-static int parse_args(int argc, char **argv, options *opt) {
-  memset(opt, 0, sizeof *opt);
-  opt->reps = DEFAULT_REPS;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(arg, "--json") == 0) {
-      opt->json = 1;
-    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      usage(stdout);
-      exit(0);
-    } else if (strcmp(arg, "--reps") == 0 && val) {
-      char *end;
-      long r = strtol(val, &end, 10);
-      if (*end || r < MIN_REPS || r > 100000) {
-        fprintf(stderr, BENCH_PROG ": --reps needs an integer >= %d\n", MIN_REPS);
-        return -1;
-      }
-      opt->reps = (int)r;
-      i++;
-    } else {
-      usage(stderr);
-      return -1;
-    }
-  }
-  return 0;
-}
-
 int main(int argc, char **argv) {
   options opt;
-  if (parse_args(argc, argv, &opt)) return 2;
+  if (bench_opts_parse(argc, argv, &opt, MIN_REPS, DEFAULT_REPS, BENCH_MAX_REPS, usage)) return 2;
   bench_info info;
-  if (bench_info_collect(&info)) die_oom();
-  char blas[320];
-  bench_setup_blas(blas, sizeof blas);
+  if (bench_info_collect(&info, 1)) return 1;
 
   static graph_info gi[N_FKINDS];
   static breakdown bd[N_FKINDS];
   checks ck;
   int rc = 1;
   if (setup() == 0) {
-    print_header(&info, blas, &opt);
+    print_header(&info, &opt);
     fflush(stdout);
     long cpus_before = bench_thread_cpus();
     int ok = run(opt.reps) == 0;
@@ -1010,7 +751,7 @@ int main(int argc, char **argv) {
       bench_footer_print(cpus_before, bench_thread_cpus(), opt.json);
     }
   }
-  for (int k = 0; k < N_FKINDS; k++) graph_info_free(&gi[k]);
+  for (int k = 0; k < N_FKINDS; k++) bench_graph_free(&gi[k].g);
   teardown();
   bench_info_free(&info);
   fflush(stdout);

@@ -11,7 +11,7 @@
  *
  * Usage: bench_matmul [--json] [--reps N] [--dtype f32|f64] [--shape MxKxN]...
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h) */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
 #include <cblas.h>
 #include <inttypes.h>
@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BENCH_PROG "bench_matmul"
 #include "bench_common.h"
 #include "graft.h"
 
@@ -31,6 +32,7 @@
 /* Each timed rep repeats the call until it lasts about this long, so small
  * shapes are not measured at the clock's resolution. */
 #define TARGET_REP_US 2000.0
+#define MAX_INNER 10000
 
 typedef struct mm_shape {
   int64_t m, k, n;
@@ -55,14 +57,8 @@ typedef struct result {
   double max_abs_diff;
 } result;
 
-static void *alloc_aligned(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  return aligned_alloc(64, rounded ? rounded : 64);
-}
-
-static void print_header(const bench_info *info, const char *blas, const char *runtime,
-                         const options *opt) {
-  const bench_kv extra[] = {{"blas", blas}, {"runtime", runtime}};
+static void print_header(const bench_info *info, const char *runtime, const options *opt) {
+  const bench_kv extra[] = {{"blas", info->blas}, {"runtime", runtime}};
   bench_header_print(info, "bench_matmul",
                      "graft_matmul in a one-op traced function vs a direct cblas_?gemm call",
                      extra, 2, opt->json);
@@ -84,13 +80,6 @@ static graft_status trace_matmul(graft_trace *t, int n_in, graft_value *const *i
   return GRAFT_OK;
 }
 
-static int report(graft_status s, const char *what, const graft_function *f) {
-  if (s == GRAFT_OK) return 0;
-  fprintf(stderr, "bench_matmul: %s failed: %s (%s)%s%s\n", what, graft_status_name(s),
-          graft_status_str(s), f ? ": " : "", f ? graft_function_errmsg(f) : "");
-  return -1;
-}
-
 static void baseline_gemm(graft_dtype dt, const mm_shape *s, const void *a, const void *b,
                           void *c) {
   int m = (int)s->m, n = (int)s->n, k = (int)s->k;
@@ -102,18 +91,14 @@ static void baseline_gemm(graft_dtype dt, const mm_shape *s, const void *a, cons
                 n);
 }
 
+/* count values uniform in [-1, 1) from seed. */
 static void fill(graft_dtype dt, void *p, int64_t count, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < count; i++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    double v = (double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0; /* [-1, 1) */
-    if (dt == GRAFT_F32)
-      ((float *)p)[i] = (float)v;
-    else
-      ((double *)p)[i] = v;
+  if (dt == GRAFT_F32) {
+    bench_fill_f32(p, count, seed, 1.0f);
+    return;
   }
+  uint64_t x = bench_uniform_seed(seed);
+  for (int64_t i = 0; i < count; i++) ((double *)p)[i] = bench_uniform(&x);
 }
 
 static double max_abs_diff(graft_dtype dt, const void *x, const void *y, int64_t count,
@@ -129,44 +114,67 @@ static double max_abs_diff(graft_dtype dt, const void *x, const void *y, int64_t
   return d;
 }
 
+/* One experiment's operands; side 0 is graft, side 1 the direct call. */
+typedef struct experiment {
+  graft_dtype dt;
+  const mm_shape *s;
+  void *a, *b, *cb;
+  graft_tensor *in[2], *out[1];
+  graft_function *f;
+  int inner;
+} experiment;
+
+static int call_graft(experiment *e) {
+  return bench_report(graft_function_call(e->f, 2, e->in, 1, e->out), "graft_function_call", e->f);
+}
+
+/* A timed unit: inner calls of one side (bench_timed_reps). */
+static int run_side(void *ctx, int side) {
+  experiment *e = ctx;
+  for (int i = 0; i < e->inner; i++) {
+    if (side == 0) {
+      if (call_graft(e)) return -1;
+    } else {
+      baseline_gemm(e->dt, e->s, e->a, e->b, e->cb);
+    }
+  }
+  return e->inner;
+}
+
 /* Runs one dtype x shape experiment; 0 on success, -1 after printing why. */
 static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int reps,
                    result *res) {
   size_t es = graft_dtype_size(dt);
   int64_t sa[2] = {s->m, s->k}, sb[2] = {s->k, s->n}, sc[2] = {s->m, s->n};
-  void *a = alloc_aligned((size_t)(s->m * s->k) * es);
-  void *b = alloc_aligned((size_t)(s->k * s->n) * es);
-  void *cb = alloc_aligned((size_t)(s->m * s->n) * es);
-  double *t_graft = malloc((size_t)reps * sizeof *t_graft);
-  double *t_base = malloc((size_t)reps * sizeof *t_base);
-  graft_tensor *in[2] = {NULL, NULL}, *out[1] = {NULL};
-  graft_function *f = NULL;
+  experiment e = {.dt = dt, .s = s};
+  e.a = bench_alloc_aligned((size_t)(s->m * s->k) * es);
+  e.b = bench_alloc_aligned((size_t)(s->k * s->n) * es);
+  e.cb = bench_alloc_aligned((size_t)(s->m * s->n) * es);
+  /* t[0..reps): graft, t[reps..2 reps): the direct call. */
+  double *t = malloc(2 * (size_t)reps * sizeof *t);
   int rc = -1;
 
-  if (!a || !b || !cb || !t_graft || !t_base) {
-    fprintf(stderr, "bench_matmul: out of memory\n");
+  if (!e.a || !e.b || !e.cb || !t) {
+    bench_oom();
     goto done;
   }
-  fill(dt, a, s->m * s->k, 1);
-  fill(dt, b, s->k * s->n, 2);
+  fill(dt, e.a, s->m * s->k, 1);
+  fill(dt, e.b, s->k * s->n, 2);
 
-  if (report(graft_tensor_wrap(dt, 2, sa, a, &in[0]), "graft_tensor_wrap(a)", NULL) ||
-      report(graft_tensor_wrap(dt, 2, sb, b, &in[1]), "graft_tensor_wrap(b)", NULL) ||
-      report(graft_tensor_create(dt, 2, sc, &out[0]), "graft_tensor_create(c)", NULL))
+  if (bench_report(graft_tensor_wrap(dt, 2, sa, e.a, &e.in[0]), "graft_tensor_wrap(a)", NULL) ||
+      bench_report(graft_tensor_wrap(dt, 2, sb, e.b, &e.in[1]), "graft_tensor_wrap(b)", NULL) ||
+      bench_report(graft_tensor_create(dt, 2, sc, &e.out[0]), "graft_tensor_create(c)", NULL) ||
+      bench_function_create(rt, "bench_matmul", trace_matmul, NULL, 2, 1, &e.f))
     goto done;
-
-  graft_function_desc desc = {
-      .name = "bench_matmul", .trace = trace_matmul, .n_inputs = 2, .n_outputs = 1};
-  if (report(graft_function_create(rt, &desc, &f), "graft_function_create", NULL)) goto done;
 
   /* The first call traces and compiles; warm-up also pages in the buffers. */
   for (int i = 0; i < WARMUP_CALLS; i++) {
-    if (report(graft_function_call(f, 2, in, 1, out), "graft_function_call", f)) goto done;
-    baseline_gemm(dt, s, a, b, cb);
+    if (call_graft(&e)) goto done;
+    baseline_gemm(dt, s, e.a, e.b, e.cb);
   }
 
   double my, tol = dt == GRAFT_F32 ? 1e-4 : 1e-10;
-  res->max_abs_diff = max_abs_diff(dt, graft_tensor_data(out[0]), cb, s->m * s->n, &my);
+  res->max_abs_diff = max_abs_diff(dt, graft_tensor_data(e.out[0]), e.cb, s->m * s->n, &my);
   if (!(res->max_abs_diff <= tol * (my > 1.0 ? my : 1.0))) {
     fprintf(stderr, "bench_matmul: %s %" PRId64 "x%" PRId64 "x%" PRId64
             ": graft's result differs from cblas (max abs diff %g, max |c| %g)\n",
@@ -176,55 +184,32 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
 
   /* Calibrate the calls per rep from one call of each. */
   double t0 = bench_now_us();
-  if (report(graft_function_call(f, 2, in, 1, out), "graft_function_call", f)) goto done;
+  if (call_graft(&e)) goto done;
   double t1 = bench_now_us();
-  baseline_gemm(dt, s, a, b, cb);
+  baseline_gemm(dt, s, e.a, e.b, e.cb);
   double t2 = bench_now_us();
-  double one = t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1;
-  int inner = one > 0.0 ? (int)ceil(TARGET_REP_US / one) : 1000;
-  if (inner < 1) inner = 1;
-  if (inner > 10000) inner = 10000;
+  e.inner = bench_calls_per_rep(t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1, TARGET_REP_US, 1000,
+                                MAX_INNER);
 
-  for (int r = 0; r < reps; r++) {
-    /* Alternate which side goes first so neither always runs on a warm cache. */
-    for (int side = 0; side < 2; side++) {
-      int graft_side = (side == 0) == (r % 2 == 0);
-      double start = bench_now_us();
-      for (int i = 0; i < inner; i++) {
-        if (graft_side) {
-          if (report(graft_function_call(f, 2, in, 1, out), "graft_function_call", f))
-            goto done;
-        } else {
-          baseline_gemm(dt, s, a, b, cb);
-        }
-      }
-      double per_call = (bench_now_us() - start) / inner;
-      if (graft_side)
-        t_graft[r] = per_call;
-      else
-        t_base[r] = per_call;
-    }
-  }
-  if (graft_function_trace_count(f) != 1)
-    fprintf(stderr, "bench_matmul: warning: the function traced %d times (expected 1)\n",
-            graft_function_trace_count(f));
+  /* Alternate which side goes first so neither always runs on a warm cache. */
+  if (bench_timed_reps(2, reps, t, run_side, NULL, &e)) goto done;
+  bench_warn_traced(e.f, "the function");
 
-  res->median_us = bench_median(t_graft, reps);
-  res->baseline_us = bench_median(t_base, reps);
+  res->median_us = bench_median(t, reps);
+  res->baseline_us = bench_median(t + reps, reps);
   res->reps = reps;
-  res->inner = inner;
+  res->inner = e.inner;
   rc = 0;
 
 done:
-  graft_function_destroy(f);
-  graft_tensor_destroy(out[0]);
-  graft_tensor_destroy(in[1]);
-  graft_tensor_destroy(in[0]);
-  free(t_base);
-  free(t_graft);
-  free(cb);
-  free(b);
-  free(a);
+  graft_function_destroy(e.f);
+  graft_tensor_destroy(e.out[0]);
+  graft_tensor_destroy(e.in[1]);
+  graft_tensor_destroy(e.in[0]);
+  free(t);
+  free(e.cb);
+  free(e.b);
+  free(e.a);
   return rc;
 }
 
@@ -273,50 +258,39 @@ static int parse_shape(const char *s, mm_shape *out) {
   return 0;
 }
 
+/* --dtype and --shape (bench_parse_args). */
+static int own_option(void *ctx, const char *arg, const char *val) {
+  options *opt = ctx;
+  if (strcmp(arg, "--dtype") == 0 && val) {
+    if (strcmp(val, "f32") == 0)
+      opt->dtype_mask = 1;
+    else if (strcmp(val, "f64") == 0)
+      opt->dtype_mask = 2;
+    else {
+      fprintf(stderr, "bench_matmul: --dtype takes f32 or f64\n");
+      return -1;
+    }
+    return 2;
+  }
+  if (strcmp(arg, "--shape") == 0 && val) {
+    if (opt->n_shapes == MAX_SHAPES || parse_shape(val, &opt->shapes[opt->n_shapes])) {
+      fprintf(stderr, "bench_matmul: bad --shape '%s' (want MxKxN, at most %d)\n", val,
+              MAX_SHAPES);
+      return -1;
+    }
+    opt->n_shapes++;
+    return 2;
+  }
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, options *opt) {
   memset(opt, 0, sizeof *opt);
   opt->reps = DEFAULT_REPS;
   opt->dtype_mask = 3;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(arg, "--json") == 0) {
-      opt->json = 1;
-    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      usage(stdout);
-      exit(0);
-    } else if (strcmp(arg, "--reps") == 0 && val) {
-      char *end;
-      long r = strtol(val, &end, 10);
-      if (*end || r < MIN_REPS || r > 100000) {
-        fprintf(stderr, "bench_matmul: --reps needs an integer >= %d\n", MIN_REPS);
-        return -1;
-      }
-      opt->reps = (int)r;
-      i++;
-    } else if (strcmp(arg, "--dtype") == 0 && val) {
-      if (strcmp(val, "f32") == 0)
-        opt->dtype_mask = 1;
-      else if (strcmp(val, "f64") == 0)
-        opt->dtype_mask = 2;
-      else {
-        fprintf(stderr, "bench_matmul: --dtype takes f32 or f64\n");
-        return -1;
-      }
-      i++;
-    } else if (strcmp(arg, "--shape") == 0 && val) {
-      if (opt->n_shapes == MAX_SHAPES || parse_shape(val, &opt->shapes[opt->n_shapes])) {
-        fprintf(stderr, "bench_matmul: bad --shape '%s' (want MxKxN, at most %d)\n", val,
-                MAX_SHAPES);
-        return -1;
-      }
-      opt->n_shapes++;
-      i++;
-    } else {
-      usage(stderr);
-      return -1;
-    }
-  }
+  if (bench_parse_args(argc, argv, &opt->json, &opt->reps, MIN_REPS, BENCH_MAX_REPS, usage,
+                       own_option, opt))
+    return -1;
   if (opt->n_shapes == 0) {
     opt->n_shapes = (int)(sizeof DEFAULT_SHAPES / sizeof DEFAULT_SHAPES[0]);
     memcpy(opt->shapes, DEFAULT_SHAPES, sizeof DEFAULT_SHAPES);
@@ -329,30 +303,17 @@ int main(int argc, char **argv) {
   if (parse_args(argc, argv, &opt)) return 2;
 
   bench_info info;
-  if (bench_info_collect(&info)) {
-    fprintf(stderr, "bench_matmul: out of memory\n");
-    return 1;
-  }
-  char blas[320], runtime[256];
-  bench_setup_blas(blas, sizeof blas);
+  if (bench_info_collect(&info, 1)) return 1;
+  char runtime[256];
 
-  graft_runtime_opts ro;
-  graft_runtime_opts_init(&ro);
-  ro.num_threads = 1;
-  ro.sched = "seq";
   graft_runtime *rt = NULL;
-  char err[512] = "";
-  graft_status st = graft_runtime_create_ex(&ro, &rt, err, sizeof err);
-  if (st != GRAFT_OK) {
-    fprintf(stderr, "bench_matmul: graft_runtime_create failed: %s (%s): %s\n",
-            graft_status_name(st), graft_status_str(st), err);
+  if (bench_runtime_create("seq", 1, 0, NULL, &rt, runtime, sizeof runtime)) {
     bench_info_free(&info);
     return 1;
   }
-  graft_runtime_describe(rt, runtime, sizeof runtime);
   int threads = graft_runtime_num_threads(rt);
 
-  print_header(&info, blas, runtime, &opt);
+  print_header(&info, runtime, &opt);
   fflush(stdout);
 
   int failures = 0;

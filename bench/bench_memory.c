@@ -32,7 +32,7 @@
  *
  * Usage: bench_memory [--json] [--reps N]
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h) */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
 #include <inttypes.h>
 #include <math.h>
@@ -41,30 +41,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BENCH_PROG "bench_memory"
 #include "bench_common.h"
 #include "graft.h"
 #include "sched/sched.h" /* graft__function_plan: compute values per plan */
 
 #define DEFAULT_REPS 5
 #define MIN_REPS 1
+#define MAX_REPS 1000
 #define TARGET_US_PER_VALUE 20.0
-#define MIB (1024.0 * 1024.0)
 
-typedef struct options {
-  int json;
-  int reps;
-} options;
+typedef bench_opts options;
 
 /* ---- weights --------------------------------------------------------------- */
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
-static double uniform(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (double)(g_rng >> 11) / 9007199254740992.0;
-}
+/* Uniform in [0, 1). */
+static double uniform(void) { return (double)(bench_xorshift(&g_rng) >> 11) / 9007199254740992.0; }
 
 /* A tensor [rank, shape] of f32 uniform in [-scale, scale) (i32: [0, scale)). */
 static graft_tensor *tensor_rand(graft_dtype dt, int rank, const int64_t *shape, double scale) {
@@ -84,7 +78,7 @@ static graft_variable *weight(const char *name, int64_t rows, int64_t cols) {
   int rank = cols ? 2 : 1;
   graft_tensor *t = tensor_rand(GRAFT_F32, rank, d, 1.0 / sqrt((double)rows));
   graft_variable *v = NULL;
-  if (t) graft_variable_create(NULL, name, GRAFT_F32, rank, d, graft_tensor_data(t), 0, &v);
+  if (t) bench_variable_f32(name, rows, cols, graft_tensor_data(t), 0, &v);
   graft_tensor_destroy(t);
   return v;
 }
@@ -367,19 +361,14 @@ static int measure(graft_runtime *rt, const char *name, graft_trace_fn fn, void 
   double *us = calloc((size_t)reps, sizeof *us);
   if (!us) return -1;
   for (int k = 0; k < reps; k++) {
-    graft_function_desc d = {0};
-    d.name = name;
-    d.trace = fn;
-    d.user = user;
-    d.n_inputs = n_in;
-    d.n_outputs = n_out;
     graft_function *f = NULL;
     graft_tensor *out[RD_OUTS] = {NULL};
-    graft_status st = graft_function_create(rt, &d, &f);
-    if (!st) st = graft_function_call(f, n_in, in, n_out, out);
-    if (st) {
-      fprintf(stderr, "bench_memory: %s: %s: %s\n", name, graft_status_name(st),
-              f ? graft_function_errmsg(f) : "");
+    graft_status st = GRAFT_OK;
+    if (bench_function_create(rt, name, fn, user, n_in, n_out, &f) ||
+        (st = graft_function_call(f, n_in, in, n_out, out)) != GRAFT_OK) {
+      if (st != GRAFT_OK)
+        fprintf(stderr, "bench_memory: %s: %s: %s\n", name, graft_status_name(st),
+                graft_function_errmsg(f));
       graft_function_destroy(f);
       free(us);
       return -1;
@@ -419,8 +408,8 @@ static void print_row(const options *opt, const row *r) {
     return;
   }
   printf("  %-14s %6" PRId64 " %10.3f %9.3f %9.3f %9.3f %10.3f %11.3f %19.3f\n", r->graph, r->nodes,
-         (double)s->naive_bytes / MIB, (double)s->load_bytes / MIB, (double)s->bound_bytes / MIB,
-         (double)s->arena_bytes / MIB, ratio(s->arena_bytes, s->load_bytes),
+         bench_mib(s->naive_bytes), bench_mib(s->load_bytes), bench_mib(s->bound_bytes),
+         bench_mib(s->arena_bytes), ratio(s->arena_bytes, s->load_bytes),
          ratio(s->arena_bytes, s->bound_bytes), per_node);
 }
 
@@ -440,47 +429,22 @@ static void print_header(const bench_info *info, const options *opt, const char 
          "bound_MiB", "arena_MiB", "arena/load", "arena/bound", "planner_us_per_node");
 }
 
-static int parse_args(int argc, char **argv, options *opt) {
-  opt->json = 0;
-  opt->reps = DEFAULT_REPS;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) {
-      opt->json = 1;
-    } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-      char *end;
-      long r = strtol(argv[++i], &end, 10);
-      if (*end || r < MIN_REPS || r > 1000) {
-        fprintf(stderr, "bench_memory: --reps needs an integer in %d..1000\n", MIN_REPS);
-        return -1;
-      }
-      opt->reps = (int)r;
-    } else {
-      fprintf(stderr, "usage: bench_memory [--json] [--reps N]\n");
-      return -1;
-    }
-  }
-  return 0;
-}
+static void usage(FILE *to) { fprintf(to, "usage: bench_memory [--json] [--reps N]\n"); }
+
 
 #define MAX_ROWS 16
 
 int main(int argc, char **argv) {
   options opt;
-  if (parse_args(argc, argv, &opt)) return 2;
+  if (bench_opts_parse(argc, argv, &opt, MIN_REPS, DEFAULT_REPS, MAX_REPS, usage)) return 2;
   bench_info info;
-  if (bench_info_collect(&info)) return 1;
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.num_threads = 1;
-  o.sched = "seq";
+  if (bench_info_collect(&info, 0)) return 1;
   graft_runtime *rt = NULL;
-  char msg[256] = "";
-  if (graft_runtime_create_ex(&o, &rt, msg, sizeof msg)) {
-    fprintf(stderr, "bench_memory: runtime: %s\n", msg);
+  char rt_desc[256];
+  if (bench_runtime_create("seq", 1, 0, NULL, &rt, rt_desc, sizeof rt_desc)) {
+    bench_info_free(&info);
     return 1;
   }
-  char rt_desc[256];
-  graft_runtime_describe(rt, rt_desc, sizeof rt_desc);
   print_header(&info, &opt, rt_desc);
   fflush(stdout);
 

@@ -45,10 +45,9 @@
  *
  * Usage: bench_mlp [--json] [--reps N]
  */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT (bench_common.h), open_memstream */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
 #include <cblas.h>
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <omp.h>
@@ -56,14 +55,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#define BENCH_PROG "bench_mlp" /* bench_common.h, bench_mlp_model.h: its messages */
 #include "bench_common.h"
-#include "graft.h"
-
-#define BENCH_PROG "bench_mlp" /* bench_mlp_model.h: its messages */
 #include "bench_mlp_model.h"
+#include "graft.h"
 
 #define N_GEMMS (3 * N_LAYERS - 1) /* no dX for the first layer */
 #define LR 0.05
@@ -79,16 +75,6 @@
 #define TARGET_ROOFLINE 1.10
 #define TARGET_BWD_FWD 2.20
 #define MAX_CONFIGS 48
-#define MAX_OP_KINDS 64
-
-/* ---- small helpers ---------------------------------------------------------- */
-
-static int report(graft_status s, const char *what, const graft_function *f) {
-  if (s == GRAFT_OK) return 0;
-  fprintf(stderr, "bench_mlp: %s failed: %s (%s)%s%s\n", what, graft_status_name(s),
-          graft_status_str(s), f ? ": " : "", f ? graft_function_errmsg(f) : "");
-  return -1;
-}
 
 /* ---- the traced functions --------------------------------------------------- */
 
@@ -158,15 +144,12 @@ static int gemms_create(void) {
   }
   for (int i = 0; i < N_GEMMS; i++) {
     gemm *g = &GEMMS[i];
-    g->a = alloc_f32((int64_t)g->M * g->K);
-    g->b = alloc_f32((int64_t)g->K * g->N);
-    g->c = alloc_f32((int64_t)g->M * g->N);
-    if (!g->a || !g->b || !g->c) {
-      fprintf(stderr, "bench_mlp: out of memory\n");
-      return -1;
-    }
-    fill(g->a, (int64_t)g->M * g->K, 100 + 2 * (uint64_t)i, 1.0f);
-    fill(g->b, (int64_t)g->K * g->N, 101 + 2 * (uint64_t)i, 1.0f);
+    g->a = bench_alloc_f32((int64_t)g->M * g->K);
+    g->b = bench_alloc_f32((int64_t)g->K * g->N);
+    g->c = bench_alloc_f32((int64_t)g->M * g->N);
+    if (!g->a || !g->b || !g->c) return bench_oom();
+    bench_fill_f32(g->a, (int64_t)g->M * g->K, 100 + 2 * (uint64_t)i, 1.0f);
+    bench_fill_f32(g->b, (int64_t)g->K * g->N, 101 + 2 * (uint64_t)i, 1.0f);
   }
   return 0;
 }
@@ -237,29 +220,23 @@ static int direct_create(direct *d, const model *m) {
   memset(d, 0, sizeof *d);
   for (int l = 0; l < N_LAYERS; l++) {
     int64_t out = (int64_t)BATCH * DIMS[l + 1];
-    d->w[l] = alloc_f32(w_count(l));
-    d->b[l] = alloc_f32(DIMS[l + 1]);
-    d->dw[l] = alloc_f32(w_count(l));
-    d->db[l] = alloc_f32(DIMS[l + 1]);
-    d->z[l] = alloc_f32(out);
-    d->g[l] = alloc_f32(out);
-    if (l + 1 < N_LAYERS) d->h[l] = alloc_f32(out);
+    d->w[l] = bench_alloc_f32(w_count(l));
+    d->b[l] = bench_alloc_f32(DIMS[l + 1]);
+    d->dw[l] = bench_alloc_f32(w_count(l));
+    d->db[l] = bench_alloc_f32(DIMS[l + 1]);
+    d->z[l] = bench_alloc_f32(out);
+    d->g[l] = bench_alloc_f32(out);
+    if (l + 1 < N_LAYERS) d->h[l] = bench_alloc_f32(out);
     if (!d->w[l] || !d->b[l] || !d->dw[l] || !d->db[l] || !d->z[l] || !d->g[l] ||
-        (l + 1 < N_LAYERS && !d->h[l])) {
-      fprintf(stderr, "bench_mlp: out of memory\n");
-      return -1;
-    }
+        (l + 1 < N_LAYERS && !d->h[l]))
+      return bench_oom();
     memcpy(d->w[l], m->init[2 * l], (size_t)w_count(l) * sizeof(float));
     memcpy(d->b[l], m->init[2 * l + 1], (size_t)DIMS[l + 1] * sizeof(float));
   }
   int widest = 0;
   for (int l = 0; l <= N_LAYERS; l++) widest = DIMS[l] > widest ? DIMS[l] : widest;
-  d->dh = alloc_f32((int64_t)BATCH * widest);
-  if (!d->dh) {
-    fprintf(stderr, "bench_mlp: out of memory\n");
-    return -1;
-  }
-  return 0;
+  d->dh = bench_alloc_f32((int64_t)BATCH * widest);
+  return d->dh ? 0 : bench_oom();
 }
 
 static void direct_destroy(direct *d) {
@@ -331,151 +308,38 @@ static double direct_step(direct *d, const float *x, const int32_t *labels) {
 
 /* ---- what graft emits: the DOT of a traced function ------------------------ */
 
-typedef struct gnode {
-  char op[32];
-  int role;          /* 0 forward, 1 backward (firebrick in the DOT), 2 tangent */
-  int live;          /* not pruned */
-  int rank;
-  int64_t shape[GRAFT_MAX_RANK];
-  int n_in;
-  uint32_t in[2];    /* the first two inputs */
-} gnode;
+enum { PART_FWD, PART_BWD, PART_TANGENT, PART_UPDATE };
+static const char *const PART_NAMES[] = {"forward", "backward", "tangent", "update"};
 
-typedef struct graph_info {
-  int n;
-  gnode *nodes;
-  long last_backward; /* highest backward node id, -1 if none */
-} graph_info;
-
-/* One matmul node: batch x [M,K] @ [K,N]; ta / tb are -1 where the shapes
- * cannot tell (a square operand). */
-typedef struct emitted_mm {
-  uint32_t id;
-  int backward;
-  int64_t batch, M, N, K;
-  int ta, tb;
-} emitted_mm;
-
-static void parse_shape(const char *s, gnode *g) {
-  s = strchr(s, '[');
-  if (!s) return;
-  s++;
-  while (*s && *s != ']' && g->rank < GRAFT_MAX_RANK) {
-    char *e;
-    long long v = strtoll(s, &e, 10);
-    if (e == s) break;
-    g->shape[g->rank++] = v;
-    s = *e == ',' ? e + 1 : e;
-  }
-}
-
-static int graph_grow(graph_info *gi, unsigned id) {
-  if ((int)id < gi->n) return 0;
-  int n = (int)id + 1;
-  gnode *p = realloc(gi->nodes, (size_t)n * sizeof *p);
-  if (!p) return -1;
-  memset(p + gi->n, 0, (size_t)(n - gi->n) * sizeof *p);
-  gi->nodes = p;
-  gi->n = n;
-  return 0;
-}
-
-/* Reads f's graph through graft_function_write_dot: per node its op, role,
- * liveness, shape and first inputs. */
-static int graph_info_read(graft_function *f, graph_info *gi) {
-  memset(gi, 0, sizeof *gi);
-  gi->last_backward = -1;
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *mem = open_memstream(&buf, &len);
-  if (!mem) return -1;
-  graft_status st = graft_function_write_dot(f, mem);
-  fclose(mem);
-  if (report(st, "graft_function_write_dot", f)) {
-    free(buf);
-    return -1;
-  }
-  int rc = 0;
-  for (char *line = buf, *next; line && *line && rc == 0; line = next) {
-    char *nl = strchr(line, '\n');
-    next = nl ? nl + 1 : NULL;
-    if (nl) *nl = '\0';
-    unsigned src, dst, id;
-    if (sscanf(line, " n%u -> n%u;", &src, &dst) == 2) {
-      if ((int)dst >= gi->n) continue;
-      gnode *g = &gi->nodes[dst];
-      if (g->n_in < 2) g->in[g->n_in] = src;
-      g->n_in++;
-      continue;
-    }
-    const char *label = strstr(line, "label=\"#");
-    if (!label || sscanf(line, " n%u [", &id) != 1) continue;
-    if (graph_grow(gi, id)) {
-      rc = -1;
-      break;
-    }
-    gnode *g = &gi->nodes[id];
-    g->live = strstr(line, "style=\"filled\"") != NULL;
-    g->role = strstr(line, ", color=firebrick") ? 1 : strstr(line, ", color=royalblue") ? 2 : 0;
-    if (g->role == 1 && (long)id > gi->last_backward) gi->last_backward = id;
-    const char *p = label + 8;
-    while (isdigit((unsigned char)*p)) p++;
-    while (*p == ' ') p++;
-    size_t k = 0;
-    while (*p && *p != ' ' && *p != '\\' && *p != '"' && k + 1 < sizeof g->op) g->op[k++] = *p++;
-    g->op[k] = '\0';
-    const char *dims = strstr(p, "\\n"); /* the label's second line: dtype and shape */
-    if (dims) parse_shape(dims, g);
-  }
-  free(buf);
-  if (rc) fprintf(stderr, "bench_mlp: out of memory\n");
-  return rc;
-}
-
-static void graph_info_free(graph_info *gi) {
-  free(gi->nodes);
-  gi->nodes = NULL;
-  gi->n = 0;
-}
-
-static const char *graph_part(const graph_info *gi, uint32_t id) {
-  if ((int)id < gi->n && gi->nodes[id].role == 1) return "backward";
-  if ((int)id < gi->n && gi->nodes[id].role == 2) return "tangent";
-  return gi->last_backward >= 0 && (long)id > gi->last_backward ? "update" : "forward";
+/* Backward and tangent nodes by their colour; the rest, forward up to the
+ * last backward node, the update after it. */
+static int graph_part(const bench_graph *gi, uint32_t id) {
+  if ((int)id < gi->n && gi->nodes[id].role == 1) return PART_BWD;
+  if ((int)id < gi->n && gi->nodes[id].role == 2) return PART_TANGENT;
+  return gi->last_backward >= 0 && (long)id > gi->last_backward ? PART_UPDATE : PART_FWD;
 }
 
 /* The live matmul nodes of gi, up to cap of them; returns how many there are. */
-static int graph_matmuls(const graph_info *gi, emitted_mm *out, int cap) {
+static int graph_matmuls(const bench_graph *gi, bench_mm *out, int cap) {
   int n = 0;
-  for (int id = 0; id < gi->n; id++) {
-    const gnode *g = &gi->nodes[id];
-    if (!g->live || strcmp(g->op, "matmul") != 0 || g->rank < 2 || g->n_in < 2) continue;
-    const gnode *a = &gi->nodes[g->in[0]], *b = &gi->nodes[g->in[1]];
-    if (a->rank < 2 || b->rank < 2) continue;
-    emitted_mm e = {.id = (uint32_t)id, .backward = g->role == 1, .batch = 1};
-    for (int d = 0; d < g->rank - 2; d++) e.batch *= g->shape[d];
-    e.M = g->shape[g->rank - 2];
-    e.N = g->shape[g->rank - 1];
-    int64_t a0 = a->shape[a->rank - 2], a1 = a->shape[a->rank - 1];
-    int64_t b0 = b->shape[b->rank - 2], b1 = b->shape[b->rank - 1];
-    e.K = a0 == e.M ? a1 : a0; /* exact even when a is square */
-    e.ta = a0 == a1 ? -1 : a1 == e.M;
-    e.tb = b0 == b1 ? -1 : b0 == e.N;
-    if (n < cap) out[n] = e;
-    n++;
-  }
+  bench_mm e;
+  for (int id = 0; id < gi->n; id++)
+    if (bench_graph_matmul(gi, id, &e)) {
+      if (n < cap) out[n] = e;
+      n++;
+    }
   return n;
 }
 
-static double mm_flops(const emitted_mm *e) { return 2.0 * (double)(e->batch * e->M * e->N * e->K); }
+static double mm_flops(const bench_mm *e) { return 2.0 * (double)(e->batch * e->M * e->N * e->K); }
 
-static void trans_str(const emitted_mm *e, char *buf, size_t len) {
+static void trans_str(const bench_mm *e, char *buf, size_t len) {
   snprintf(buf, len, "%c%c", e->ta < 0 ? '?' : e->ta ? 'T' : 'N', e->tb < 0 ? '?' : e->tb ? 'T' : 'N');
 }
 
 /* How many of the n emitted matmuls match a distinct expected GEMM (same
  * M, N, K and batch 1; transposes where the shapes tell them). */
-static int match_gemms(const emitted_mm *e, int n, int backward_too) {
+static int match_gemms(const bench_mm *e, int n, int backward_too) {
   int used[N_GEMMS] = {0}, matched = 0;
   for (int i = 0; i < n; i++)
     for (int j = 0; j < N_GEMMS; j++) {
@@ -531,37 +395,18 @@ static int find_config(ckind k, const char *sched, int threads, int gemm_i, gemm
   return -1;
 }
 
-static int create_runtime(rt_spec *r, const char *trace_path) {
-  graft_runtime_opts ro;
-  graft_runtime_opts_init(&ro);
-  ro.num_threads = r->threads;
-  ro.sched = r->sched;
-  ro.trace_path = trace_path;
-  char err[512] = "";
-  graft_status st = graft_runtime_create_ex(&ro, &r->rt, err, sizeof err);
-  if (st != GRAFT_OK) {
-    fprintf(stderr, "bench_mlp: graft_runtime_create (%s, %d threads) failed: %s (%s): %s\n",
-            r->sched, r->threads, graft_status_name(st), graft_status_str(st), err);
-    return -1;
-  }
-  graft_runtime_describe(r->rt, r->describe, sizeof r->describe);
-  return 0;
-}
-
 static int create_function(graft_runtime *rt, model *m, ckind k, graft_function **f) {
-  graft_function_desc desc = {.name = k == C_STEP ? "mlp_step" : "mlp_forward",
-                              .trace = k == C_STEP ? trace_step : trace_forward,
-                              .user = m,
-                              .n_inputs = 2,
-                              .n_outputs = 1};
-  return report(graft_function_create(rt, &desc, f), "graft_function_create", NULL);
+  return bench_function_create(rt, k == C_STEP ? "mlp_step" : "mlp_forward",
+                               k == C_STEP ? trace_step : trace_forward, m, 2, 1, f);
 }
 
 /* Steps (ws/1, ws/2, seq), forwards (the same), direct, then every GEMM in
  * every variant. */
 static int create_configs(model *m) {
   for (int r = 0; r < N_RUNTIMES; r++)
-    if (create_runtime(&RUNTIMES[r], NULL)) return -1;
+    if (bench_runtime_create(RUNTIMES[r].sched, RUNTIMES[r].threads, 0, NULL, &RUNTIMES[r].rt,
+                             RUNTIMES[r].describe, sizeof RUNTIMES[r].describe))
+      return -1;
   for (int k = C_STEP; k <= C_FWD; k++)
     for (int r = 0; r < N_RUNTIMES; r++) {
       config *cf = &CONFIGS[n_configs++];
@@ -605,7 +450,8 @@ static int call_config(config *cf, run_state *s, int timed) {
   case C_STEP:
   case C_FWD: {
     graft_tensor *in[2] = {s->m->tx, s->m->tlabels};
-    if (report(graft_function_call(cf->f, 2, in, 1, &s->m->tloss), "graft_function_call", cf->f))
+    if (bench_report(graft_function_call(cf->f, 2, in, 1, &s->m->tloss), "graft_function_call",
+                     cf->f))
       return -1;
     if (cf->kind == C_STEP && timed && s->losses.n < s->losses.cap)
       s->losses.v[s->losses.n++] = *(const float *)graft_tensor_data(s->m->tloss);
@@ -660,12 +506,11 @@ static int check_against_direct(run_state *s, check_result *res) {
     const float *init = s->m->init[i];
     const float *vg = graft_tensor_data(graft_variable_value(s->m->var[i]));
     const float *vd = i % 2 ? s->d->b[l] : s->d->w[l];
-    float *ug = alloc_f32(n), *ud = alloc_f32(n);
+    float *ug = bench_alloc_f32(n), *ud = bench_alloc_f32(n);
     if (!ug || !ud) {
       free(ug);
       free(ud);
-      fprintf(stderr, "bench_mlp: out of memory\n");
-      return -1;
+      return bench_oom();
     }
     for (int64_t k = 0; k < n; k++) ug[k] = init[k] - vg[k], ud[k] = init[k] - vd[k];
     double mb, d = max_diff(ug, ud, n, &mb);
@@ -679,12 +524,17 @@ static int check_against_direct(run_state *s, check_result *res) {
   return 0;
 }
 
+/* A timed unit of config c: its calls per rep (bench_timed_reps). */
+static int run_timed(void *ctx, int c) {
+  config *cf = &CONFIGS[c];
+  for (int i = 0; i < cf->inner; i++)
+    if (call_config(cf, ctx, 1)) return -1;
+  return cf->inner;
+}
+
 static int run(run_state *s, int reps) {
   double *t = malloc((size_t)(n_configs * reps) * sizeof *t);
-  if (!t) {
-    fprintf(stderr, "bench_mlp: out of memory\n");
-    return -1;
-  }
+  if (!t) return bench_oom();
   int rc = -1;
   /* Warm-up: the first call traces and compiles; the second calibrates. */
   for (int c = 0; c < n_configs; c++) {
@@ -695,9 +545,7 @@ static int run(run_state *s, int reps) {
       if (call_config(cf, s, 0)) goto done;
       one = bench_now_us() - t0;
     }
-    cf->inner = one > 0.0 ? (int)ceil(TARGET_REP_US / one) : MAX_INNER;
-    if (cf->inner < 1) cf->inner = 1;
-    if (cf->inner > MAX_INNER) cf->inner = MAX_INNER;
+    cf->inner = bench_calls_per_rep(one, TARGET_REP_US, MAX_INNER, MAX_INNER);
   }
   int steps = 0;
   for (int c = 0; c < n_configs; c++)
@@ -705,25 +553,13 @@ static int run(run_state *s, int reps) {
   s->losses.v = malloc((size_t)steps * sizeof *s->losses.v);
   s->losses.cap = steps;
   if (!s->losses.v) {
-    fprintf(stderr, "bench_mlp: out of memory\n");
+    bench_oom();
     goto done;
   }
-  for (int r = 0; r < reps; r++)
-    for (int k = 0; k < n_configs; k++) {
-      int c = (r + k) % n_configs;
-      config *cf = &CONFIGS[c];
-      double t0 = bench_now_us();
-      for (int i = 0; i < cf->inner; i++)
-        if (call_config(cf, s, 1)) goto done;
-      t[c * reps + r] = (bench_now_us() - t0) / cf->inner;
-    }
+  if (bench_timed_reps(n_configs, reps, t, run_timed, NULL, s)) goto done;
   for (int c = 0; c < n_configs; c++) {
-    CONFIGS[c].median_us = bench_median(&t[c * reps], reps);
-    CONFIGS[c].min_us = t[c * reps]; /* sorted by the median */
-    if (CONFIGS[c].f && graft_function_trace_count(CONFIGS[c].f) != 1)
-      fprintf(stderr, "bench_mlp: warning: %s traced %d times (expected 1)\n",
-              CONFIGS[c].kind == C_STEP ? "step" : "forward",
-              graft_function_trace_count(CONFIGS[c].f));
+    CONFIGS[c].median_us = bench_median_min(&t[c * reps], reps, &CONFIGS[c].min_us);
+    bench_warn_traced(CONFIGS[c].f, CONFIGS[c].kind == C_STEP ? "step" : "forward");
   }
   rc = 0;
 done:
@@ -733,184 +569,61 @@ done:
 
 /* ---- where the time goes: a traced ws runtime -------------------------------- */
 
-typedef struct op_time {
-  const char *part;
-  char op[32];
-  int nodes;
-  int64_t tiles;
-  double us;
-} op_time;
-
 typedef struct breakdown {
   int threads, steps;
   double wall_us;           /* median over the steps */
   double busy_us;           /* per-tile medians summed, all workers */
   double matmul_us, other_us;
-  int n_ops;
-  op_time ops[MAX_OP_KINDS];
+  bench_ops ops;            /* by (part, op), largest first */
 } breakdown;
 
-static op_time *op_slot(breakdown *b, const char *part, const char *op) {
-  for (int i = 0; i < b->n_ops; i++)
-    if (b->ops[i].part == part && strcmp(b->ops[i].op, op) == 0) return &b->ops[i];
-  if (b->n_ops == MAX_OP_KINDS) return NULL;
-  op_time *o = &b->ops[b->n_ops++];
-  memset(o, 0, sizeof *o);
-  o->part = part;
-  snprintf(o->op, sizeof o->op, "%s", op);
-  return o;
+static int breakdown_make(void *ctx, graft_runtime *rt, graft_function **f) {
+  return create_function(rt, ctx, C_STEP, f);
 }
 
-static int cmp_op_time(const void *a, const void *b) {
-  double x = ((const op_time *)a)->us, y = ((const op_time *)b)->us;
-  return (x < y) - (x > y);
+static int breakdown_call(void *ctx, graft_function *f) {
+  model *m = ctx;
+  graft_tensor *in[2] = {m->tx, m->tlabels};
+  return bench_report(graft_function_call(f, 2, in, 1, &m->tloss), "graft_function_call", f);
 }
 
-/* One kernel run of the trace: a tile of a node. */
-typedef struct tile_event {
-  uint32_t node;
-  int32_t tile;
-  double us;
-} tile_event;
-
-static int cmp_tile_event(const void *a, const void *b) {
-  const tile_event *x = a, *y = b;
-  if (x->node != y->node) return (x->node > y->node) - (x->node < y->node);
-  if (x->tile != y->tile) return (x->tile > y->tile) - (x->tile < y->tile);
-  return (x->us > y->us) - (x->us < y->us);
-}
-
-/* Reads the kernel events of the Chrome trace from offset on. */
-static int read_events(const char *path, long offset, tile_event **out, int64_t *n_out) {
-  FILE *fp = fopen(path, "r");
-  if (!fp || fseek(fp, offset, SEEK_SET) != 0) {
-    fprintf(stderr, "bench_mlp: cannot read the trace %s\n", path);
-    if (fp) fclose(fp);
-    return -1;
-  }
-  tile_event *ev = NULL;
-  int64_t n = 0, cap = 0;
-  char line[1024];
-  int rc = 0;
-  while (fgets(line, sizeof line, fp)) {
-    const char *p = strstr(line, "{\"name\":\"");
-    if (!p || !strstr(p, "\"ph\":\"X\"")) continue;
-    const char *hash = strstr(p, " #"), *dur = strstr(p, "\"dur\":"),
-               *tile = strstr(p, "\"tile\":");
-    if (!hash || !dur || !tile) continue;
-    if (n == cap) {
-      cap = cap ? 2 * cap : 1024;
-      tile_event *grown = realloc(ev, (size_t)cap * sizeof *ev);
-      if (!grown) {
-        fprintf(stderr, "bench_mlp: out of memory\n");
-        rc = -1;
-        break;
-      }
-      ev = grown;
-    }
-    ev[n++] = (tile_event){(uint32_t)strtoul(hash + 2, NULL, 10),
-                           (int32_t)strtol(tile + 7, NULL, 10), strtod(dur + 6, NULL)};
-  }
-  fclose(fp);
-  *out = ev;
-  *n_out = n;
-  return rc;
-}
-
-/* Sums the trace by (part, op): each tile counts with the median of its
- * durations over the steps, so a step in which the thread was preempted
- * (other load on the machine) does not inflate the sums. */
-static int breakdown_parse(const char *path, long offset, const graph_info *gi, breakdown *b) {
-  tile_event *ev = NULL;
-  int64_t n = 0;
-  if (read_events(path, offset, &ev, &n)) {
-    free(ev);
-    return -1;
-  }
-  uint8_t *seen = calloc((size_t)(gi->n ? gi->n : 1), 1);
-  if (!seen) {
-    free(ev);
-    fprintf(stderr, "bench_mlp: out of memory\n");
-    return -1;
-  }
-  qsort(ev, (size_t)n, sizeof *ev, cmp_tile_event);
-  for (int64_t i = 0, j; i < n; i = j) {
-    for (j = i; j < n && ev[j].node == ev[i].node && ev[j].tile == ev[i].tile;) j++;
-    int64_t c = j - i;
-    double med = c % 2 ? ev[i + c / 2].us : 0.5 * (ev[i + c / 2 - 1].us + ev[i + c / 2].us);
-    uint32_t node = ev[i].node;
-    const char *op = (int)node < gi->n && gi->nodes[node].op[0] ? gi->nodes[node].op : "?";
-    op_time *o = op_slot(b, graph_part(gi, node), op);
-    if (!o) continue;
-    o->us += med;
-    o->tiles++;
-    if ((int)node < gi->n && !seen[node]) seen[node] = 1, o->nodes++;
+/* Runs a step function on a fresh ws runtime that writes a Chrome trace:
+ * one call to trace and compile, then BREAKDOWN_STEPS calls; each tile
+ * counts with its median duration over them, summed by (part, op). */
+static int run_breakdown(model *m, int threads, breakdown *b) {
+  memset(b, 0, sizeof *b);
+  b->threads = threads;
+  b->steps = BREAKDOWN_STEPS;
+  bench_traced tr;
+  if (bench_traced_run(threads, b->steps, breakdown_make, breakdown_call, m, &tr)) return -1;
+  const bench_graph *gi = &tr.graph;
+  b->wall_us = tr.wall_us;
+  for (int64_t i = 0; i < tr.n_tiles; i++) {
+    uint32_t node = tr.tiles[i].node;
+    double med = tr.tiles[i].us;
+    int known = (int)node < gi->n;
+    const char *op = known && gi->nodes[node].op[0] ? gi->nodes[node].op : "?";
+    if (!bench_ops_add(&b->ops, graph_part(gi, node), op, known ? (int64_t)node : -1, med))
+      continue;
     b->busy_us += med;
     if (strcmp(op, "matmul") == 0)
       b->matmul_us += med;
     else
       b->other_us += med;
   }
-  free(seen);
-  free(ev);
-  qsort(b->ops, (size_t)b->n_ops, sizeof b->ops[0], cmp_op_time);
+  bench_ops_sort(&b->ops);
+  bench_traced_free(&tr);
   return 0;
-}
-
-/* Runs a step function on a fresh ws runtime that writes a Chrome trace:
- * one call to trace and compile, then BREAKDOWN_STEPS calls. */
-static int run_breakdown(model *m, int threads, breakdown *b) {
-  memset(b, 0, sizeof *b);
-  b->threads = threads;
-  b->steps = BREAKDOWN_STEPS;
-  char path[] = "/tmp/bench_mlp_trace_XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) {
-    fprintf(stderr, "bench_mlp: cannot create a temporary trace file\n");
-    return -1;
-  }
-  close(fd);
-  rt_spec r = {"ws", threads, NULL, ""};
-  graft_function *f = NULL;
-  graph_info gi = {0};
-  double wall[BREAKDOWN_STEPS];
-  int rc = -1;
-  if (create_runtime(&r, path) || create_function(r.rt, m, C_STEP, &f)) goto out;
-  graft_tensor *in[2] = {m->tx, m->tlabels};
-  if (report(graft_function_call(f, 2, in, 1, &m->tloss), "graft_function_call", f)) goto out;
-  struct stat sb;
-  if (stat(path, &sb) != 0) goto out;
-  for (int i = 0; i < b->steps; i++) {
-    double t0 = bench_now_us();
-    if (report(graft_function_call(f, 2, in, 1, &m->tloss), "graft_function_call", f)) goto out;
-    wall[i] = bench_now_us() - t0;
-  }
-  b->wall_us = bench_median(wall, b->steps);
-  if (graph_info_read(f, &gi)) goto out;
-  graft_function_destroy(f);
-  f = NULL;
-  graft_runtime_destroy(r.rt); /* closes the trace */
-  r.rt = NULL;
-  rc = breakdown_parse(path, (long)sb.st_size, &gi, b);
-out:
-  graft_function_destroy(f);
-  graft_runtime_destroy(r.rt);
-  graph_info_free(&gi);
-  unlink(path);
-  return rc;
 }
 
 /* ---- output ------------------------------------------------------------------- */
 
-typedef struct options {
-  int json;
-  int reps;
-} options;
+typedef bench_opts options;
 
 typedef struct results {
   double step_flops, fwd_flops;          /* from the emitted matmuls */
   int step_mm, fwd_mm, step_matched, fwd_matched;
-  emitted_mm step_list[32];
+  bench_mm step_list[32];
   check_result direct_check;
   breakdown bd[2];
   int have_bd[2];
@@ -918,7 +631,7 @@ typedef struct results {
 
 static const char *MODEL_SHAPE = "b256 784-1024-1024-10";
 
-static void print_header(const bench_info *info, const char *blas, const options *opt) {
+static void print_header(const bench_info *info, const options *opt) {
   char model_desc[256], data_desc[256];
   snprintf(model_desc, sizeof model_desc,
            "MLP %d-%d-%d-%d, relu, softmax cross-entropy, batch %d, f32; SGD lr %g; one traced "
@@ -932,11 +645,10 @@ static void print_header(const bench_info *info, const char *blas, const options
   int n = 0;
   extra[n++] = (bench_kv){"model", model_desc};
   extra[n++] = (bench_kv){"data", data_desc};
-  extra[n++] = (bench_kv){"blas", blas};
-  for (int r = 0; r < N_RUNTIMES; r++) {
-    snprintf(keys[r], sizeof keys[r], "runtime %s/%d", RUNTIMES[r].sched, RUNTIMES[r].threads);
-    extra[n++] = (bench_kv){keys[r], RUNTIMES[r].describe};
-  }
+  extra[n++] = (bench_kv){"blas", info->blas};
+  for (int r = 0; r < N_RUNTIMES; r++)
+    extra[n++] = bench_runtime_kv(keys[r], sizeof keys[r], RUNTIMES[r].sched, RUNTIMES[r].threads,
+                                  RUNTIMES[r].describe);
   bench_header_print(info, "bench_mlp",
                      "MLP training step (forward + graft_gradients + SGD) vs the BLAS roofline",
                      extra, n, opt->json);
@@ -966,32 +678,27 @@ static void print_row(const options *opt, const char *name, const char *shape, i
     bench_json_str(name);
     printf(",\"dtype\":\"f32\",\"shape\":");
     bench_json_str(shape);
-    printf(",\"threads\":%d,\"sched\":\"%s\",\"reps\":%d,\"median_us\":%.3f,", threads, sched,
+    printf(",\"threads\":%d,\"sched\":\"%s\",\"reps\":%d,\"median_us\":%.3f", threads, sched,
            reps, median);
-    if (isnan(min)) printf("\"min_us\":null,"); else printf("\"min_us\":%.3f,", min);
-    if (isnan(gflops)) printf("\"gflops\":null,"); else printf("\"gflops\":%.3f,", gflops);
+    bench_json_num("min_us", min, "%.3f");
+    bench_json_num("gflops", gflops, "%.3f");
     if (isnan(baseline_us)) {
-      printf("\"baseline\":null,\"baseline_us\":null,\"ratio\":null,");
+      printf(",\"baseline\":null,\"baseline_us\":null,\"ratio\":null");
     } else {
-      printf("\"baseline\":");
+      printf(",\"baseline\":");
       bench_json_str(baseline);
-      printf(",\"baseline_us\":%.3f,\"ratio\":%.4f,", baseline_us, ratio);
+      printf(",\"baseline_us\":%.3f,\"ratio\":%.4f", baseline_us, ratio);
     }
-    if (has_target)
-      printf("\"target\":%.2f,\"ok\":%s}\n", target, ok ? "true" : "false");
-    else
-      printf("\"target\":null,\"ok\":null}\n");
+    bench_json_num("target", target, "%.2f");
+    printf(",\"ok\":%s}\n", has_target ? (ok ? "true" : "false") : "null");
     return;
   }
   char mn[24], gf[16], bu[24], ra[16], ta[16];
-  snprintf(mn, sizeof mn, isnan(min) ? "-" : "%.1f", min);
-  snprintf(gf, sizeof gf, isnan(gflops) ? "-" : "%.1f", gflops);
-  snprintf(bu, sizeof bu, isnan(baseline_us) ? "-" : "%.1f", baseline_us);
-  snprintf(ra, sizeof ra, isnan(ratio) ? "-" : "%.3f", ratio);
-  snprintf(ta, sizeof ta, has_target ? "%.2f" : "-", target);
   printf("%-16s %-5s %-21s %7d %-5s %4d %11.1f %11s %7s %-14s %11s %7s %6s %3s\n", name, "f32",
-         shape, threads, sched, reps, median, mn, gf, isnan(baseline_us) ? "-" : baseline, bu, ra,
-         ta, has_target ? (ok ? "yes" : "no") : "-");
+         shape, threads, sched, reps, median, bench_fmt_num(mn, sizeof mn, "%.1f", min),
+         bench_fmt_num(gf, sizeof gf, "%.1f", gflops), isnan(baseline_us) ? "-" : baseline,
+         bench_fmt_num(bu, sizeof bu, "%.1f", baseline_us), bench_fmt_num(ra, sizeof ra, "%.3f", ratio),
+         bench_fmt_num(ta, sizeof ta, "%.2f", target), has_target ? (ok ? "yes" : "no") : "-");
 }
 
 typedef struct gemm_sums {
@@ -1069,8 +776,6 @@ static void print_rows(const options *opt, int reps, const results *res, const g
             gs->halves_fwd_min, gs->fwd_flops, "gemm_fwd_sum", gs->single_fwd, NAN);
 }
 
-static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
-
 static int print_stats(const options *opt) {
   if (!opt->json)
     printf("# plan statistics (graft_function_stats after the timed calls): nodes traced, live\n"
@@ -1083,7 +788,7 @@ static int print_stats(const options *opt) {
     const config *cf = &CONFIGS[c];
     if (!cf->f) continue;
     graft_plan_stats st;
-    if (report(graft_function_stats(cf->f, &st), "graft_function_stats", cf->f)) return -1;
+    if (bench_report(graft_function_stats(cf->f, &st), "graft_function_stats", cf->f)) return -1;
     const char *name = cf->kind == C_STEP ? "stats_step" : "stats_forward";
     double ratio = st.naive_bytes ? (double)st.arena_bytes / (double)st.naive_bytes : NAN;
     if (opt->json)
@@ -1099,21 +804,11 @@ static int print_stats(const options *opt) {
     else
       printf("%-16s %7d %-5s %6" PRId64 " %6" PRId64 " %6" PRId64 " %9.2f %9.2f %8.2f %11.3f %7" PRId64
              " %6" PRId64 " %10.2f\n",
-             name, cf->threads, cf->sched, st.nodes, st.live_nodes, st.tiles, mib(st.arena_bytes),
-             mib(st.naive_bytes), mib(st.load_bytes), ratio, st.inplace, st.steals,
+             name, cf->threads, cf->sched, st.nodes, st.live_nodes, st.tiles, bench_mib(st.arena_bytes),
+             bench_mib(st.naive_bytes), bench_mib(st.load_bytes), ratio, st.inplace, st.steals,
              st.compile_us * 1e-3);
   }
   return 0;
-}
-
-static void print_check(const options *opt, const char *name, int ok, const char *detail) {
-  if (opt->json) {
-    printf("{\"type\":\"check\",\"name\":\"%s\",\"ok\":%s,\"detail\":", name, ok ? "true" : "false");
-    bench_json_str(detail);
-    printf("}\n");
-  } else {
-    printf("check %-16s %-4s %s\n", name, ok ? "ok" : "FAIL", detail);
-  }
 }
 
 /* Returns 0 when every check that must hold holds. */
@@ -1127,7 +822,7 @@ static int print_checks(const options *opt, const run_state *s, const results *r
            "first step from the same weights: loss graft %.6f, direct %.6f; max |update diff| / "
            "max |update| %.2e (worst: variable %d)",
            dc->loss_graft, dc->loss_direct, dc->worst_rel, dc->worst_var);
-  print_check(opt, "vs_direct", dc->ok, buf);
+  bench_print_check(opt->json, "vs_direct", dc->ok, buf);
   failed |= !dc->ok;
 
   const loss_log *L = &s->losses;
@@ -1139,7 +834,7 @@ static int print_checks(const options *opt, const run_state *s, const results *r
                     L->n, L->n ? L->v[0] : NAN, L->n ? L->v[L->n - 1] : NAN, ups);
   for (int i = 0; i < L->n && at < (int)sizeof buf - 16; i++)
     at += snprintf(buf + at, sizeof buf - (size_t)at, " %.4f", L->v[i]);
-  print_check(opt, "loss_decreases", ok, buf);
+  bench_print_check(opt->json, "loss_decreases", ok, buf);
   failed |= !ok;
 
   at = snprintf(buf, sizeof buf,
@@ -1149,18 +844,18 @@ static int print_checks(const options *opt, const run_state *s, const results *r
                 res->step_mm, res->step_flops * 1e-9, res->step_matched, N_GEMMS, res->fwd_mm,
                 res->fwd_flops * 1e-9, res->fwd_matched, sum_gemms().flops * 1e-9);
   for (int i = 0; i < res->step_mm && i < 32 && at < (int)sizeof buf - 64; i++) {
-    const emitted_mm *e = &res->step_list[i];
+    const bench_mm *e = &res->step_list[i];
     char tr[4];
     trans_str(e, tr, sizeof tr);
     at += snprintf(buf + at, sizeof buf - (size_t)at, " #%u %s %" PRId64 "x%" PRId64 "x%" PRId64 " %s;",
                    e->id, e->backward ? "bwd" : "fwd", e->M, e->K, e->N, tr);
   }
   /* Informative: graft may legitimately emit other matmuls; flops follow them. */
-  print_check(opt, "emitted_gemms",
+  bench_print_check(opt->json, "emitted_gemms",
               res->step_mm == N_GEMMS && res->step_matched == N_GEMMS && res->fwd_matched == 3, buf);
 
   snprintf(buf, sizeof buf, "the gemm_omp2 row halves ran on %s", s->halves_parallel ? "two threads" : "ONE thread");
-  print_check(opt, "omp2_two_threads", s->halves_parallel, buf);
+  bench_print_check(opt->json, "omp2_two_threads", s->halves_parallel, buf);
   return failed ? -1 : 0;
 }
 
@@ -1175,15 +870,16 @@ static void print_breakdown(const options *opt, const results *res, const gemm_s
   for (int k = 0; k < 2; k++) {
     if (!res->have_bd[k]) continue;
     const breakdown *b = &res->bd[k];
-    for (int i = 0; i < b->n_ops; i++) {
-      const op_time *o = &b->ops[i];
+    for (int i = 0; i < b->ops.n; i++) {
+      const bench_op_time *o = &b->ops.v[i];
       if (opt->json)
         printf("{\"type\":\"op_time\",\"threads\":%d,\"part\":\"%s\",\"op\":\"%s\",\"nodes\":%d,"
                "\"tiles\":%" PRId64 ",\"us_per_step\":%.3f,\"share\":%.4f}\n",
-               b->threads, o->part, o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
+               b->threads, PART_NAMES[o->part], o->op, o->nodes, o->tiles, o->us,
+               o->us / b->wall_us);
       else if (b->threads == 1 || i < 6) /* 2 threads: the largest only */
         printf("%-16s %7d %-9s %-22s %6d %6" PRId64 " %11.1f %7.3f\n", "op_time", b->threads,
-               o->part, o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
+               PART_NAMES[o->part], o->op, o->nodes, o->tiles, o->us, o->us / b->wall_us);
     }
     double idle = b->threads * b->wall_us - b->busy_us;
     if (opt->json) {
@@ -1216,64 +912,31 @@ static void usage(FILE *to) {
           MIN_REPS, DEFAULT_REPS);
 }
 
-static int parse_args(int argc, char **argv, options *opt) {
-  memset(opt, 0, sizeof *opt);
-  opt->reps = DEFAULT_REPS;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(arg, "--json") == 0) {
-      opt->json = 1;
-    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      usage(stdout);
-      exit(0);
-    } else if (strcmp(arg, "--reps") == 0 && val) {
-      char *end;
-      long r = strtol(val, &end, 10);
-      if (*end || r < MIN_REPS || r > 100000) {
-        fprintf(stderr, "bench_mlp: --reps needs an integer >= %d\n", MIN_REPS);
-        return -1;
-      }
-      opt->reps = (int)r;
-      i++;
-    } else {
-      usage(stderr);
-      return -1;
-    }
-  }
-  return 0;
-}
-
 /* The emitted matmuls of the step and of the forward, from their DOT. */
 static int read_emitted(results *res) {
-  graph_info gi;
-  emitted_mm list[32];
+  bench_graph gi;
+  bench_mm list[32];
   int st = find_config(C_STEP, "ws", 1, 0, 0), fw = find_config(C_FWD, "ws", 1, 0, 0);
-  if (graph_info_read(CONFIGS[st].f, &gi)) return -1;
+  if (bench_graph_read(CONFIGS[st].f, &gi)) return -1;
   res->step_mm = graph_matmuls(&gi, res->step_list, 32);
   res->step_flops = 0.0;
   for (int i = 0; i < res->step_mm && i < 32; i++) res->step_flops += mm_flops(&res->step_list[i]);
   res->step_matched = match_gemms(res->step_list, res->step_mm < 32 ? res->step_mm : 32, 1);
-  graph_info_free(&gi);
-  if (graph_info_read(CONFIGS[fw].f, &gi)) return -1;
+  bench_graph_free(&gi);
+  if (bench_graph_read(CONFIGS[fw].f, &gi)) return -1;
   res->fwd_mm = graph_matmuls(&gi, list, 32);
   res->fwd_flops = 0.0;
   for (int i = 0; i < res->fwd_mm && i < 32; i++) res->fwd_flops += mm_flops(&list[i]);
   res->fwd_matched = match_gemms(list, res->fwd_mm < 32 ? res->fwd_mm : 32, 0);
-  graph_info_free(&gi);
+  bench_graph_free(&gi);
   return 0;
 }
 
 int main(int argc, char **argv) {
   options opt;
-  if (parse_args(argc, argv, &opt)) return 2;
+  if (bench_opts_parse(argc, argv, &opt, MIN_REPS, DEFAULT_REPS, BENCH_MAX_REPS, usage)) return 2;
   bench_info info;
-  if (bench_info_collect(&info)) {
-    fprintf(stderr, "bench_mlp: out of memory\n");
-    return 1;
-  }
-  char blas[320];
-  bench_setup_blas(blas, sizeof blas);
+  if (bench_info_collect(&info, 1)) return 1;
 
   model m;
   direct d;
@@ -1284,7 +947,7 @@ int main(int argc, char **argv) {
   int ok_setup = model_create(&m) == 0 && direct_create(&d, &m) == 0 && gemms_create() == 0 &&
                  create_configs(&m) == 0;
   if (ok_setup) {
-    print_header(&info, blas, &opt);
+    print_header(&info, &opt);
     fflush(stdout);
     long cpus_before = bench_thread_cpus();
     if (check_against_direct(&s, &res.direct_check) == 0 && run(&s, opt.reps) == 0 &&

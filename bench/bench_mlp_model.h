@@ -8,8 +8,8 @@
  * half that variance for the logits; biases uniform in [-0.01, 0.01)).
  *
  * Header-only (static inline) so each benchmark stays one executable built
- * from one file.  The includer may define BENCH_PROG (default "bench"), the
- * program name that prefixes messages on stderr, before including it.
+ * from one file.  Include bench_common.h first (BENCH_PROG names the program
+ * in the messages).
  */
 #ifndef GRAFT_BENCH_MLP_MODEL_H
 #define GRAFT_BENCH_MLP_MODEL_H
@@ -20,11 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.h"
 #include "graft.h"
-
-#ifndef BENCH_PROG
-#define BENCH_PROG "bench"
-#endif
 
 #define BATCH 256
 #define N_LAYERS 3
@@ -32,34 +29,7 @@
 
 static const int DIMS[N_LAYERS + 1] = {784, 1024, 1024, 10};
 
-/* ---- small helpers ---------------------------------------------------------- */
-
-/* count values uniform in [-scale, scale) from an xorshift seeded by seed. */
-static inline void fill(float *p, int64_t count, uint64_t seed, float scale) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < count; i++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    p[i] = scale * (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-  }
-}
-
-/* 64-byte aligned, zeroed; NULL when out of memory. */
-static inline float *alloc_f32(int64_t count) {
-  size_t bytes = ((size_t)count * sizeof(float) + 63) / 64 * 64;
-  float *p = aligned_alloc(64, bytes ? bytes : 64);
-  if (p) memset(p, 0, bytes);
-  return p;
-}
-
-/* 0 for GRAFT_OK; otherwise prints what failed (and f's message) and -1. */
-static inline int mlp_report(graft_status s, const char *what, const graft_function *f) {
-  if (s == GRAFT_OK) return 0;
-  fprintf(stderr, BENCH_PROG ": %s failed: %s (%s)%s%s\n", what, graft_status_name(s),
-          graft_status_str(s), f ? ": " : "", f ? graft_function_errmsg(f) : "");
-  return -1;
-}
+/* ---- sizes ------------------------------------------------------------------ */
 
 /* Elements of layer l's weight. */
 static inline int64_t w_count(int l) { return (int64_t)DIMS[l] * DIMS[l + 1]; }
@@ -79,13 +49,13 @@ typedef struct model {
 
 static inline int model_create(model *m) {
   memset(m, 0, sizeof *m);
-  m->x = alloc_f32((int64_t)BATCH * DIMS[0]);
+  m->x = bench_alloc_f32((int64_t)BATCH * DIMS[0]);
   m->labels = malloc(BATCH * sizeof *m->labels);
-  float *teacher = alloc_f32((int64_t)DIMS[0] * DIMS[N_LAYERS]);
+  float *teacher = bench_alloc_f32((int64_t)DIMS[0] * DIMS[N_LAYERS]);
   int rc = -1;
   if (!m->x || !m->labels || !teacher) goto oom;
-  fill(m->x, (int64_t)BATCH * DIMS[0], 1, 1.0f);
-  fill(teacher, (int64_t)DIMS[0] * DIMS[N_LAYERS], 2, 1.0f);
+  bench_fill_f32(m->x, (int64_t)BATCH * DIMS[0], 1, 1.0f);
+  bench_fill_f32(teacher, (int64_t)DIMS[0] * DIMS[N_LAYERS], 2, 1.0f);
   for (int i = 0; i < BATCH; i++) {
     int best = 0;
     double best_v = -INFINITY;
@@ -98,37 +68,35 @@ static inline int model_create(model *m) {
     m->labels[i] = best;
   }
   for (int l = 0; l < N_LAYERS; l++) {
-    const int64_t wshape[2] = {DIMS[l], DIMS[l + 1]}, bshape[1] = {DIMS[l + 1]};
     char name[16];
     /* He-uniform for the relu layers, half that variance for the logits. */
     float scale = (float)sqrt((l + 1 < N_LAYERS ? 6.0 : 3.0) / DIMS[l]);
-    m->init[2 * l] = alloc_f32(w_count(l));
-    m->init[2 * l + 1] = alloc_f32(DIMS[l + 1]);
+    m->init[2 * l] = bench_alloc_f32(w_count(l));
+    m->init[2 * l + 1] = bench_alloc_f32(DIMS[l + 1]);
     if (!m->init[2 * l] || !m->init[2 * l + 1]) goto oom;
-    fill(m->init[2 * l], w_count(l), 10 + 2 * (uint64_t)l, scale);
-    fill(m->init[2 * l + 1], DIMS[l + 1], 11 + 2 * (uint64_t)l, 0.01f);
+    bench_fill_f32(m->init[2 * l], w_count(l), 10 + 2 * (uint64_t)l, scale);
+    bench_fill_f32(m->init[2 * l + 1], DIMS[l + 1], 11 + 2 * (uint64_t)l, 0.01f);
     snprintf(name, sizeof name, "W%d", l + 1);
-    if (mlp_report(graft_variable_create(NULL, name, GRAFT_F32, 2, wshape, m->init[2 * l],
-                                         GRAFT_VAR_TRAINABLE, &m->var[2 * l]),
-                   "graft_variable_create", NULL))
+    if (bench_variable_f32(name, DIMS[l], DIMS[l + 1], m->init[2 * l], GRAFT_VAR_TRAINABLE,
+                           &m->var[2 * l]))
       goto out;
     snprintf(name, sizeof name, "b%d", l + 1);
-    if (mlp_report(graft_variable_create(NULL, name, GRAFT_F32, 1, bshape, m->init[2 * l + 1],
-                                         GRAFT_VAR_TRAINABLE, &m->var[2 * l + 1]),
-                   "graft_variable_create", NULL))
+    if (bench_variable_f32(name, DIMS[l + 1], 0, m->init[2 * l + 1], GRAFT_VAR_TRAINABLE,
+                           &m->var[2 * l + 1]))
       goto out;
   }
   const int64_t xshape[2] = {BATCH, DIMS[0]}, lshape[1] = {BATCH};
-  if (mlp_report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &m->tx), "graft_tensor_wrap",
-                 NULL) ||
-      mlp_report(graft_tensor_wrap(GRAFT_I32, 1, lshape, m->labels, &m->tlabels),
-                 "graft_tensor_wrap", NULL) ||
-      mlp_report(graft_tensor_create(GRAFT_F32, 0, NULL, &m->tloss), "graft_tensor_create", NULL))
+  if (bench_report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &m->tx), "graft_tensor_wrap",
+                   NULL) ||
+      bench_report(graft_tensor_wrap(GRAFT_I32, 1, lshape, m->labels, &m->tlabels),
+                   "graft_tensor_wrap", NULL) ||
+      bench_report(graft_tensor_create(GRAFT_F32, 0, NULL, &m->tloss), "graft_tensor_create",
+                   NULL))
     goto out;
   rc = 0;
   goto out;
 oom:
-  fprintf(stderr, BENCH_PROG ": out of memory\n");
+  bench_oom();
 out:
   free(teacher);
   return rc;
