@@ -384,4 +384,29 @@ static inline int64_t tu_env_count(const char *name, int64_t dflt) {
   return v > 0 ? v : dflt;
 }
 
+/* A runtime with the scheduler sched ("seq", "ws", "omp"), threads threads
+ * and tile grain grain; fails the test with the runtime's message otherwise. */
+static inline graft_runtime *tu_runtime_of(const char *sched, int threads, int64_t grain) {
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.num_threads = threads;
+  o.sched = sched;
+  o.grain = grain;
+  graft_runtime *rt = NULL;
+  char msg[512] = "";
+  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
+  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
+  return rt;
+}
+
+/* a and b are non-NULL with one dtype, one shape and the same bytes. */
+static inline int tu_bitwise_equal(const graft_tensor *a, const graft_tensor *b) {
+  return a && b && graft_tensor_dtype(a) == graft_tensor_dtype(b) &&
+         graft_tensor_rank(a) == graft_tensor_rank(b) &&
+         !memcmp(graft_tensor_shape(a), graft_tensor_shape(b),
+                 sizeof(int64_t) * (size_t)graft_tensor_rank(a)) &&
+         !memcmp(graft_tensor_data(a), graft_tensor_data(b),
+                 (size_t)graft_tensor_numel(a) * graft_dtype_size(graft_tensor_dtype(a)));
+}
+
 #endif /* GRAFT_TESTUTIL_H */

@@ -16,7 +16,7 @@
  *
  * For forward mode, gc_fd_directional differences every output of any
  * traced function along a direction (JVPs, HVPs as JVPs of gradients, the
- * columns of Jacobians); gc_runtime_of and gc_same_bits serve the checks
+ * columns of Jacobians); tu_runtime_of (testutil.h) and gc_same_bits serve the checks
  * that results are bitwise equal across schedulers and thread counts.
  *
  * Integer inputs (labels) are neither differentiated nor perturbed: their
@@ -416,21 +416,6 @@ static inline void gc_fd_directional(graft_runtime *rt, graft_trace_fn fn, void 
 
 /* ---- runtimes and bitwise comparison ---------------------------------------------- */
 
-/* A runtime with the scheduler sched ("seq", "ws", "omp"), threads threads
- * and tile grain grain; fails the test with the runtime's message otherwise. */
-static inline graft_runtime *gc_runtime_of(const char *sched, int threads, int64_t grain) {
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.num_threads = threads;
-  o.sched = sched;
-  o.grain = grain;
-  graft_runtime *rt = NULL;
-  char msg[512] = "";
-  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
-  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
-  return rt;
-}
-
 /* a and b have one dtype, one shape and the same bytes. */
 static inline int gc_same_bits(const graft_tensor *a, const graft_tensor *b) {
   if (graft_tensor_dtype(a) != graft_tensor_dtype(b) || graft_tensor_rank(a) != graft_tensor_rank(b))
@@ -439,6 +424,33 @@ static inline int gc_same_bits(const graft_tensor *a, const graft_tensor *b) {
     if (graft_tensor_shape(a)[i] != graft_tensor_shape(b)[i]) return 0;
   size_t n = (size_t)graft_tensor_numel(a) * graft_dtype_size(graft_tensor_dtype(a));
   return memcmp(graft_tensor_data(a), graft_tensor_data(b), n) == 0;
+}
+
+/* Ops that see the symbolic dim of x [-1, 4] (c [4]): a mean and a
+ * logsumexp over it, a reshape to [-1], a matmul contracting it, a softmax
+ * along it, a slice to its end, a max over it, broadcasting against it.
+ * Returns the loss; *vec (may be NULL) gets a [-1, 4] term. */
+static inline graft_value *gc_sym_loss(graft_trace *t, graft_value *x, graft_value *c,
+                                       graft_value **vec) {
+  const int ax0[] = {0};
+  const int64_t flat[] = {-1}, begin[] = {1, 0}, size[] = {-1, 2};
+  graft_value *terms[] = {
+      graft_mul(t, c, graft_reduce_mean(t, graft_square(t, x), 1, ax0, 0)),
+      graft_logsumexp(t, x, 1, ax0, 1),
+      graft_sin(t, graft_reshape(t, x, 1, flat)),
+      graft_matmul(t, graft_tanh(t, x), x, GRAFT_TRANS_A),
+      graft_mul(t, graft_softmax(t, x, 0), x),
+      graft_square(t, graft_slice(t, x, begin, size)),
+      graft_reduce_max(t, x, 1, ax0, 0),
+      graft_div(t, x, graft_add(t, graft_square(t, c), graft_scalar(t, GRAFT_F64, 1))),
+  };
+  if (vec) *vec = terms[4];
+  graft_value *L = NULL;
+  for (size_t k = 0; k < TU_N_OF(terms); k++) {
+    graft_value *s = graft_reduce_sum(t, terms[k], 0, NULL, 0);
+    L = L ? graft_add(t, L, s) : s;
+  }
+  return L;
 }
 
 #endif /* GRAFT_TEST_GRADCHECK_H */

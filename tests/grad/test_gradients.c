@@ -646,25 +646,7 @@ static void test_graft_gradients__symbolic_batch_one_trace_two_sizes(void **stat
 static graft_value *symbolic_ops_loss(graft_trace *t, int n_in, graft_value *const *in,
                                       void *user) {
   (void)n_in, (void)user;
-  graft_value *x = in[0], *c = in[1];
-  const int ax0[] = {0};
-  const int64_t flat[] = {-1}, begin[] = {1, 0}, size[] = {-1, 2};
-  graft_value *terms[] = {
-      graft_mul(t, c, graft_reduce_mean(t, graft_square(t, x), 1, ax0, 0)),
-      graft_logsumexp(t, x, 1, ax0, 1),
-      graft_sin(t, graft_reshape(t, x, 1, flat)),
-      graft_matmul(t, graft_tanh(t, x), x, GRAFT_TRANS_A),
-      graft_mul(t, graft_softmax(t, x, 0), x),
-      graft_square(t, graft_slice(t, x, begin, size)),
-      graft_reduce_max(t, x, 1, ax0, 0),
-      graft_div(t, x, graft_add(t, graft_square(t, c), graft_scalar(t, GRAFT_F64, 1))),
-  };
-  graft_value *L = NULL;
-  for (size_t k = 0; k < TU_N_OF(terms); k++) {
-    graft_value *s = graft_reduce_sum(t, terms[k], 0, NULL, 0);
-    L = L ? graft_add(t, L, s) : s;
-  }
-  return L;
+  return gc_sym_loss(t, in[0], in[1], NULL);
 }
 
 static void test_graft_gradients__symbolic_batch_through_many_ops(void **state) {
@@ -790,19 +772,6 @@ static void test_graft_assign_sub__sgd_trains_mlp_to_99_percent(void **state) {
 
 /* ---- bitwise equality across thread counts --------------------------------------------------- */
 
-static graft_runtime *runtime_of(const char *sched, int threads, int64_t grain) {
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.num_threads = threads;
-  o.sched = sched;
-  o.grain = grain;
-  graft_runtime *rt = NULL;
-  char msg[512] = "";
-  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
-  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
-  return rt;
-}
-
 static int same_bits(const graft_tensor *a, const graft_tensor *b) {
   size_t n = (size_t)graft_tensor_numel(a) * graft_dtype_size(graft_tensor_dtype(a));
   return graft_tensor_numel(a) == graft_tensor_numel(b) &&
@@ -825,7 +794,7 @@ static void test_graft_gradients__mlp_bitwise_equal_across_threads(void **state)
     gc_problem p = {.loss = mlp_loss, .user = &m, .n_in = 2, .in = in, .n_var = 4, .vars = m.v};
     graft_tensor *ref[6] = {0};
     for (size_t c = 0; c < TU_N_OF(cfgs); c++) {
-      graft_runtime *rt = runtime_of(cfgs[c].sched, cfgs[c].threads, 64);
+      graft_runtime *rt = tu_runtime_of(cfgs[c].sched, cfgs[c].threads, 64);
       gc_fn g;
       gc_fn_open(&g, rt, &p, 1, NULL);
       graft_tensor *out[6] = {0};

@@ -705,32 +705,6 @@ static void test_graft_jvp__through_custom_gradient_matches_fd(void **state) {
 
 /* ---- a symbolic batch dim ---------------------------------------------------------------- */
 
-/* Ops that see the symbolic dim of x [-1, 4] (c [4]): a mean and a
- * logsumexp over it, a reshape to [-1], a matmul contracting it, a softmax
- * along it, a slice to its end, a max over it, broadcasting against it.
- * Returns the loss; *vec (may be NULL) gets a [-1, 4] term. */
-static graft_value *sym_loss(graft_trace *t, graft_value *x, graft_value *c, graft_value **vec) {
-  const int ax0[] = {0};
-  const int64_t flat[] = {-1}, begin[] = {1, 0}, size[] = {-1, 2};
-  graft_value *terms[] = {
-      graft_mul(t, c, graft_reduce_mean(t, graft_square(t, x), 1, ax0, 0)),
-      graft_logsumexp(t, x, 1, ax0, 1),
-      graft_sin(t, graft_reshape(t, x, 1, flat)),
-      graft_matmul(t, graft_tanh(t, x), x, GRAFT_TRANS_A),
-      graft_mul(t, graft_softmax(t, x, 0), x),
-      graft_square(t, graft_slice(t, x, begin, size)),
-      graft_reduce_max(t, x, 1, ax0, 0),
-      graft_div(t, x, graft_add(t, graft_square(t, c), graft_scalar(t, GRAFT_F64, 1))),
-  };
-  if (vec) *vec = terms[4];
-  graft_value *L = NULL;
-  for (size_t k = 0; k < TU_N_OF(terms); k++) {
-    graft_value *s = graft_reduce_sum(t, terms[k], 0, NULL, 0);
-    L = L ? graft_add(t, L, s) : s;
-  }
-  return L;
-}
-
 /* in: x, c, vx, vc.  out: J v of the loss and of the [-1, 4] term, and the
  * HVP of the loss w.r.t. x and c.  Each -1 of a signature is a symbol of
  * its own, so vx [-1, 4] does not have x's shape at trace time (graft_jvp
@@ -741,7 +715,7 @@ static graft_status sym_fwd_cb(graft_trace *t, int n_in, graft_value *const *in,
   (void)n_in, (void)n_out, (void)user;
   graft_value *ys[2];
   graft_value *v[2] = {graft_broadcast_to(t, in[2], 2, graft_value_shape(in[0])), in[3]};
-  ys[0] = sym_loss(t, in[0], in[1], &ys[1]);
+  ys[0] = gc_sym_loss(t, in[0], in[1], &ys[1]);
   graft_status st = graft_jvp(t, 2, in, v, 2, ys, GRAFT_UNCONNECTED_ZERO, out);
   if (st) return st;
   return graft_hvp(t, ys[0], 2, in, v, out + 2);
@@ -751,7 +725,7 @@ static graft_status sym_fwd_cb(graft_trace *t, int n_in, graft_value *const *in,
 static graft_status sym_y_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                              graft_value **out, void *user) {
   (void)n_in, (void)n_out, (void)user;
-  out[0] = sym_loss(t, in[0], in[1], &out[1]);
+  out[0] = gc_sym_loss(t, in[0], in[1], &out[1]);
   return graft_trace_status(t);
 }
 
@@ -759,7 +733,7 @@ static graft_status sym_y_cb(graft_trace *t, int n_in, graft_value *const *in, i
 static graft_status sym_grad_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                                 graft_value **out, void *user) {
   (void)n_in, (void)n_out, (void)user;
-  graft_value *L = sym_loss(t, in[0], in[1], NULL);
+  graft_value *L = gc_sym_loss(t, in[0], in[1], NULL);
   return graft_gradients(t, 1, &L, NULL, 2, in, GRAFT_UNCONNECTED_ZERO, out);
 }
 
@@ -1302,7 +1276,7 @@ static void check_bitwise(graft_trace_fn fn, int n_out, const char *name) {
   assert_true(n_out <= 8);
   mlp_inputs(in, 64, 32, 48, 10, 0xb175);
   for (size_t c = 0; c < TU_N_OF(cfgs); c++) {
-    graft_runtime *rt = gc_runtime_of(cfgs[c].sched, cfgs[c].threads, 64);
+    graft_runtime *rt = tu_runtime_of(cfgs[c].sched, cfgs[c].threads, 64);
     graft_function *f = tu_function(rt, name, fn, NULL, MLP_N_IN + 5, n_out, NULL);
     graft_tensor *out[8] = {0};
     char ctx[128];

@@ -599,6 +599,22 @@ static inline void diff(const graft_tensor *a, const graft_tensor *b, char *why,
     }
 }
 
+/* First difference between got[0..n) and ref[0..n) as "<what> <i>: <diff>",
+ * or "" when all are bitwise equal; returns whether one differs. */
+static inline int diff_list(const char *what, int n, graft_tensor *const *got, graft_tensor *const *ref,
+                            char *why, size_t len) {
+  char d[256];
+  why[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    diff(got[i], ref[i], d, sizeof d);
+    if (d[0]) {
+      snprintf(why, len, "%s %d: %s", what, i, d);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* The inputs of case s (uniform in [-1, 1)) and its variables, created in
  * s->vars from var0 (inputs_free destroys both). */
 static inline void inputs_make(dag_spec *s, inputs *io) {

@@ -101,28 +101,18 @@ static void run_dag(graft_runtime *rt, dag_spec *s, const inputs *io, result *r)
 
 /* Empty string when got equals ref bitwise; else what differs. */
 static void compare(const dag_spec *s, const result *ref, const result *got, char *why, size_t len) {
-  char d[256];
   why[0] = '\0';
   if (got->st != ref->st) {
     snprintf(why, len, "status %s (%.200s), reference %s (%.200s)", graft_status_name(got->st), got->msg,
              graft_status_name(ref->st), ref->msg);
     return;
   }
-  for (int c = 0; c < 2; c++)
-    for (int i = 0; i < s->n_out; i++) {
-      diff(got->out[c][i], ref->out[c][i], d, sizeof d);
-      if (d[0]) {
-        snprintf(why, len, "call %d output %d: %s", c + 1, i, d);
-        return;
-      }
-    }
-  for (int k = 0; k < s->n_vars; k++) {
-    diff(got->var[k], ref->var[k], d, sizeof d);
-    if (d[0]) {
-      snprintf(why, len, "variable %d: %s", k, d);
-      return;
-    }
+  for (int c = 0; c < 2; c++) {
+    char what[32];
+    snprintf(what, sizeof what, "call %d output", c + 1);
+    if (diff_list(what, s->n_out, got->out[c], ref->out[c], why, len)) return;
   }
+  diff_list("variable", s->n_vars, got->var, ref->var, why, len);
 }
 
 /* Index of the first non-finite element of t, or -1. */
@@ -215,13 +205,6 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
   inputs_free(&s, &io);
 }
 
-static int64_t env_count(const char *name, int64_t dflt) {
-  const char *e = getenv(name);
-  if (!e || !*e) return dflt;
-  long long v = atoll(e);
-  return v > 0 ? v : dflt;
-}
-
 /* Cases [first, first + n), or just GRAFT_TEST_SEED when set. */
 static void run_cases(const run_cfg *cfgs, int n_cfgs, uint64_t first, int64_t n, totals *tot) {
   run_cfg ref_cfg = {"seq", 1, NULL, NULL};
@@ -245,7 +228,7 @@ static void test_graft_function_call__random_dags_bitwise_equal_to_seq(void **st
                                  {"ws", 8, NULL, NULL}, {"omp", 2, NULL, NULL},
                                  {"omp", 4, NULL, NULL}};
   totals tot = {0};
-  int64_t n = env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS);
+  int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS);
   run_cases(cfgs, (int)COUNT(cfgs), 1, n, &tot);
   print_message("%lld cases, %lld live nodes, %lld tasks over %d schedules\n",
                 (long long)tot.cases, (long long)tot.nodes, (long long)tot.tiles,
@@ -261,7 +244,7 @@ static void test_graft_function_call__random_dags_on_numa_topology(void **state)
                                  {"omp", 8, "pack:2 numa:2 core:4 pu:1", "numa"},
                                  {"ws", 3, "pack:2 numa:2 core:4 pu:1", "numa"}};
   totals tot = {0};
-  int64_t n = env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 10;
+  int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 10;
   run_cases(cfgs, (int)COUNT(cfgs), 1000001, n < 20 ? 20 : n, &tot);
   print_message("%lld cases, %lld with several parts\n", (long long)tot.cases,
                 (long long)tot.multipart);

@@ -108,15 +108,6 @@ static graft_tensor *copy_of(const graft_tensor *t) {
   return c;
 }
 
-static int bitwise_equal(const graft_tensor *a, const graft_tensor *b) {
-  return a && b && graft_tensor_dtype(a) == graft_tensor_dtype(b) &&
-         graft_tensor_rank(a) == graft_tensor_rank(b) &&
-         !memcmp(graft_tensor_shape(a), graft_tensor_shape(b),
-                 sizeof(int64_t) * (size_t)graft_tensor_rank(a)) &&
-         !memcmp(graft_tensor_data(a), graft_tensor_data(b),
-                 (size_t)graft_tensor_numel(a) * graft_dtype_size(graft_tensor_dtype(a)));
-}
-
 static void snapshot_vars(const fixture *fx, snapshot *s) {
   for (int k = 0; k < N_VARS; k++) s->var[k] = copy_of(graft_variable_value(var_k(fx, k)));
 }
@@ -130,17 +121,6 @@ static void snapshot_free(snapshot *s) {
 static void reset_vars(fixture *fx) {
   for (int k = 0; k < N_VARS; k++)
     assert_int_equal(graft_variable_set(var_k(fx, k), fx->var0[k]), GRAFT_OK);
-}
-
-static graft_runtime *runtime(const char *sched, int threads) {
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.sched = sched;
-  o.num_threads = threads;
-  o.grain = GRAIN;
-  graft_runtime *rt = NULL;
-  assert_int_equal(graft_runtime_create(&o, &rt), GRAFT_OK);
-  return rt;
 }
 
 static graft_function *function(graft_runtime *rt, fixture *fx) {
@@ -157,11 +137,11 @@ static void good_call(graft_function *f, fixture *fx, const snapshot *ref, const
   graft_status st = graft_function_call(f, 1, &fx->x, N_OUT, out);
   if (st) fail_msg("%s: %s: %s", what, graft_status_name(st), graft_function_errmsg(f));
   for (int i = 0; i < N_OUT; i++) {
-    if (!bitwise_equal(out[i], ref->out[i])) fail_msg("%s: output %d differs from seq", what, i);
+    if (!tu_bitwise_equal(out[i], ref->out[i])) fail_msg("%s: output %d differs from seq", what, i);
     graft_tensor_destroy(out[i]);
   }
   for (int k = 0; k < N_VARS; k++)
-    if (!bitwise_equal(graft_variable_value(var_k(fx, k)), ref->var[k]))
+    if (!tu_bitwise_equal(graft_variable_value(var_k(fx, k)), ref->var[k]))
       fail_msg("%s: variable %d differs from seq", what, k);
 }
 
@@ -182,7 +162,7 @@ static void fixture_make(fixture *fx) {
   /* The reference: FAULTS + 1 successful calls of the sequential executor
    * (same grain, so the same tiles and split reductions). */
   graft__exec_fault_hook = NULL;
-  graft_runtime *rt = runtime("seq", 1);
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
   graft_function *f = function(rt, fx);
   for (int c = 0; c <= FAULTS; c++) {
     assert_int_equal(graft_function_call(f, 1, &fx->x, N_OUT, fx->ref[c].out), GRAFT_OK);
@@ -223,7 +203,7 @@ static void descendants(const graft__plan *p, uint32_t i, uint8_t *mark) {
 static void check_faults(const char *sched, int threads, uint64_t seed) {
   fixture fx;
   fixture_make(&fx);
-  graft_runtime *rt = runtime(sched, threads);
+  graft_runtime *rt = tu_runtime_of(sched, threads, GRAIN);
   graft_function *f = function(rt, &fx);
   tu_rng r = {seed};
   char what[160];
@@ -267,7 +247,7 @@ static void check_faults(const char *sched, int threads, uint64_t seed) {
     for (int k = 0; k < N_OUT; k++)
       if (out[k]) fail_msg("%s: output slot %d was filled by a failed call", what, k);
     for (int k = 0; k < N_VARS; k++)
-      if (!bitwise_equal(graft_variable_value(var_k(&fx, k)), before.var[k]))
+      if (!tu_bitwise_equal(graft_variable_value(var_k(&fx, k)), before.var[k]))
         fail_msg("%s: variable %d changed by a failed call", what, k);
     descendants(p, i, below);
     for (uint32_t j = 0; j < p->n_order; j++)
@@ -334,7 +314,7 @@ static void test_graft_function_call__fault_seq(void **state) {
 static void check_caller_outputs_kept(const char *sched, int threads) {
   fixture fx;
   fixture_make(&fx);
-  graft_runtime *rt = runtime(sched, threads);
+  graft_runtime *rt = tu_runtime_of(sched, threads, GRAIN);
   graft_function *f = function(rt, &fx);
   good_call(f, &fx, &fx.ref[0], "first call");
   const graft__plan *p = graft__function_plan(f);
@@ -355,7 +335,7 @@ static void check_caller_outputs_kept(const char *sched, int threads) {
   assert_int_equal(st, GRAFT_EIO);
   int changed = -1;
   for (int k = 0; k < N_OUT; k++)
-    if (changed < 0 && !bitwise_equal(out[k], keep[k])) changed = k;
+    if (changed < 0 && !tu_bitwise_equal(out[k], keep[k])) changed = k;
   for (int k = 0; k < N_OUT; k++) {
     graft_tensor_destroy(out[k]);
     graft_tensor_destroy(keep[k]);

@@ -272,19 +272,6 @@ static void assert_plan_ok(const graft__plan *p, const graft_plan_stats *ps, con
 
 /* ---- runtimes and functions ------------------------------------------------- */
 
-static graft_runtime *runtime(const char *sched, int threads) {
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.num_threads = threads;
-  o.sched = sched;
-  o.grain = GRAIN;
-  graft_runtime *rt = NULL;
-  char msg[512] = "";
-  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
-  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
-  return rt;
-}
-
 /* A graph to trace: the callback, its user pointer, inputs, variables. */
 typedef struct graph_case {
   const char *name;
@@ -346,28 +333,18 @@ static void run_case(graft_runtime *rt, const graph_case *c, int naive, result *
 
 /* "" when got equals ref bitwise, else what differs. */
 static void compare(const graph_case *c, const result *ref, const result *got, char *why, size_t len) {
-  char d[256];
   why[0] = '\0';
   if (got->st != ref->st || got->st != GRAFT_OK) {
     snprintf(why, len, "status %s (%.200s), naive %s (%.200s)", graft_status_name(got->st), got->msg,
              graft_status_name(ref->st), ref->msg);
     return;
   }
-  for (int k = 0; k < 2; k++)
-    for (int i = 0; i < c->n_out; i++) {
-      diff(got->out[k][i], ref->out[k][i], d, sizeof d);
-      if (d[0]) {
-        snprintf(why, len, "call %d output %d: %s", k + 1, i, d);
-        return;
-      }
-    }
-  for (int k = 0; k < c->n_vars; k++) {
-    diff(got->var[k], ref->var[k], d, sizeof d);
-    if (d[0]) {
-      snprintf(why, len, "variable %d: %s", k, d);
-      return;
-    }
+  for (int k = 0; k < 2; k++) {
+    char what[32];
+    snprintf(what, sizeof what, "call %d output", k + 1);
+    if (diff_list(what, c->n_out, got->out[k], ref->out[k], why, len)) return;
   }
+  diff_list("variable", c->n_vars, got->var, ref->var, why, len);
 }
 
 /* Trace and compile c on rt (one call); returns the function, its plan in
@@ -429,7 +406,7 @@ static void totals_print(const char *what, const totals *t) {
 
 static void test_graft__plan_check__accepts_planner_plans_of_random_dags(void **state) {
   (void)state;
-  graft_runtime *rt = runtime("seq", 1);
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
   int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS);
   totals mixed = {0}, structured[SDAG_KINDS] = {{0}};
   for (int64_t k = 0; k < seed_count((n + 1) / 2); k++) {
@@ -586,7 +563,7 @@ static graft_status staged_assign(graft_trace *t, int n_in, graft_value *const *
 
 static void test_graft__plan_check__rejects_hand_made_plans(void **state) {
   (void)state;
-  graft_runtime *rt = runtime("seq", 1);
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
   tu_rng r = {0x1234567};
   const int64_t sh[2] = {8, 8};
   graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, sh, -1, 1);
@@ -759,7 +736,7 @@ static void test_graft__plan_check__rejects_hand_made_plans(void **state) {
  * arena cut short.  Both verdicts must occur, or the case checks little. */
 static void test_graft__plan_check__agrees_with_reference_on_mutated_plans(void **state) {
   (void)state;
-  graft_runtime *rt = runtime("seq", 1);
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
   int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 8;
   int64_t accepted = 0, rejected = 0;
   for (int64_t k = 0; k < seed_count(n); k++) {
@@ -873,7 +850,7 @@ static int64_t assert_equal_to_naive(graft_runtime *const *rts, const graph_case
 static void test_graft_function_call__planner_bitwise_equal_to_naive_on_random_dags(void **state) {
   (void)state;
   graft_runtime *rts[COUNT(THREADS)];
-  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = runtime("ws", THREADS[k]);
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
   int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 20, inplace = 0, cases = 0;
   for (int64_t k = 0; k < seed_count(n); k++) {
     uint64_t seed = seed_at(9001, k);
@@ -976,7 +953,7 @@ static void test_graft_function_call__planner_bitwise_equal_to_naive_on_mlp(void
   mlp_fixture fx;
   mlp_make(&fx, MB);
   graft_runtime *rts[COUNT(THREADS)];
-  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = runtime("ws", THREADS[k]);
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
   graft_variable *vars[1] = {fx.m.b[2]};
   graft_tensor *var0[1] = {fx.init[5]};
   graph_case c = {"mlp_step", mlp_step, &fx.m, 2, 2, 1, fx.in, vars, var0};
@@ -1019,7 +996,7 @@ static void test_graft_function_call__planner_bitwise_equal_to_naive_across_dtyp
   const int64_t sh[2] = {33, 65};
   graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, sh, -1, 1);
   graft_runtime *rts[COUNT(THREADS)];
-  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = runtime("ws", THREADS[k]);
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
   graph_case c = {"dtype_chain", dtype_chain, NULL, 1, 2, 0, &x, NULL, NULL};
   int64_t inplace = assert_equal_to_naive(rts, &c, "dtype_chain");
   graft_tensor *out[2];
@@ -1067,7 +1044,7 @@ static graft_status long_chain(graft_trace *t, int n_in, graft_value *const *in,
 
 static void test_graft__memplan__long_elementwise_chain_runs_in_place(void **state) {
   (void)state;
-  graft_runtime *rt = runtime("ws", 2);
+  graft_runtime *rt = tu_runtime_of("ws", 2, GRAIN);
   tu_rng r = {77};
   const int64_t sh[2] = {CHAIN_N, CHAIN_N};
   graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, sh, -1, 1);
@@ -1138,7 +1115,7 @@ static void test_graft__memplan__independent_branches_share_memory(void **state)
   }
   graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, xs, -1, 1);
   graft_runtime *rts[COUNT(THREADS)];
-  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = runtime("ws", THREADS[k]);
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
   graph_case c = {"branches16", branches16, &m, 1, 1, 0, &x, NULL, NULL};
   assert_equal_to_naive(rts, &c, "branches16");
   graft_tensor *out[1];
@@ -1198,7 +1175,7 @@ static graft_status many_chains(graft_trace *t, int n_in, graft_value *const *in
 
 static void test_graft__memplan__above_exact_limit_stays_correct(void **state) {
   (void)state;
-  graft_runtime *rt = runtime("ws", 2);
+  graft_runtime *rt = tu_runtime_of("ws", 2, GRAIN);
   tu_rng r = {5};
   const int64_t sh[1] = {4};
   graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 1, sh, -1, 1);
@@ -1258,7 +1235,7 @@ static void test_graft__plan_check__long_chain_above_exact_limit(void **state) {
     print_message("skipped: GRAFT_TEST_LONG_CHECK=1 runs it (the checker is cubic here)\n");
     skip();
   }
-  graft_runtime *rt = runtime("seq", 1);
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
   tu_rng r = {8};
   const int64_t sh[1] = {4};
   graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 1, sh, -1, 1);
@@ -1333,7 +1310,7 @@ static void test_graft_function_call__arena_allocated_once_per_plan(void **state
   for (size_t k = 0; k < COUNT(cfgs); k++) {
     mlp_fixture fx;
     mlp_make(&fx, 8 * MB);
-    graft_runtime *rt = runtime(cfgs[k].sched, cfgs[k].threads);
+    graft_runtime *rt = tu_runtime_of(cfgs[k].sched, cfgs[k].threads, GRAIN);
     graft_function *f = tu_function(rt, "mlp_step", mlp_step, &fx.m, 2, 2, NULL);
     graft_tensor *out[2] = {NULL, NULL};
     count_arm();

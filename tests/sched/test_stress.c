@@ -96,17 +96,6 @@ typedef struct fixture {
 
 static const int64_t GRAINS[2] = {64, 0 /* the default */};
 
-static graft_runtime *runtime(const char *sched, int threads, int64_t grain) {
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.sched = sched;
-  o.num_threads = threads;
-  o.grain = grain;
-  graft_runtime *rt = NULL;
-  assert_int_equal(graft_runtime_create(&o, &rt), GRAFT_OK);
-  return rt;
-}
-
 static void make_functions(graft_runtime *rt, fixture *fx, graft_function **f) {
   for (int g = 0; g < N_GRAPHS; g++) {
     graft_function_desc d = {.name = graphs[g].name, .trace = graphs[g].fn, .user = &fx->m,
@@ -117,15 +106,6 @@ static void make_functions(graft_runtime *rt, fixture *fx, graft_function **f) {
 
 static double counter(const fixture *fx) {
   return *(const double *)graft_tensor_data(graft_variable_value(fx->m.count));
-}
-
-static int bitwise_equal(const graft_tensor *a, const graft_tensor *b) {
-  return a && b && graft_tensor_dtype(a) == graft_tensor_dtype(b) &&
-         graft_tensor_rank(a) == graft_tensor_rank(b) &&
-         !memcmp(graft_tensor_shape(a), graft_tensor_shape(b),
-                 sizeof(int64_t) * (size_t)graft_tensor_rank(a)) &&
-         !memcmp(graft_tensor_data(a), graft_tensor_data(b),
-                 (size_t)graft_tensor_numel(a) * graft_dtype_size(graft_tensor_dtype(a)));
 }
 
 static void fixture_make(fixture *fx) {
@@ -149,7 +129,7 @@ static void fixture_make(fixture *fx) {
   }
   /* The references, from the sequential executor. */
   for (int j = 0; j < 2; j++) {
-    graft_runtime *rt = runtime("seq", 1, GRAINS[j]);
+    graft_runtime *rt = tu_runtime_of("seq", 1, GRAINS[j]);
     graft_function *f[N_GRAPHS];
     make_functions(rt, fx, f);
     for (int g = 0; g < N_GRAPHS; g++) {
@@ -194,7 +174,7 @@ static void test_graft_function_call__back_to_back_with_changing_runtimes(void *
     int j = (int)tu_int(&r, 0, 1);
     int64_t grain = GRAINS[j];
     const char *sched = omp ? "omp" : "ws";
-    graft_runtime *rt = runtime(sched, threads, grain);
+    graft_runtime *rt = tu_runtime_of(sched, threads, grain);
     graft_function *f[N_GRAPHS];
     make_functions(rt, &fx, f);
     for (int c = 0; c < EPOCH && done < calls; c++, done++) {
@@ -213,7 +193,7 @@ static void test_graft_function_call__back_to_back_with_changing_runtimes(void *
         fail_msg("call %lld (%s, %s x%d, grain %lld): %s: %s", done, graphs[g].name, sched, threads,
                  (long long)grain, graft_status_name(st), graft_function_errmsg(f[g]));
       for (int k = 0; k < n; k++) {
-        if (!bitwise_equal(out[k], fx.ref[j][g][i][k]))
+        if (!tu_bitwise_equal(out[k], fx.ref[j][g][i][k]))
           fail_msg("call %lld (%s input %d, %s x%d, grain %lld): output %d differs from seq", done,
                    graphs[g].name, i, sched, threads, (long long)grain, k);
         graft_tensor_destroy(out[k]);
@@ -254,7 +234,7 @@ static void *caller_main(void *arg) {
     graft_tensor *out[MAX_OUT] = {NULL};
     c->st = graft_function_call(c->f, 1, &c->fx->x[i], n, out);
     for (int o = 0; o < n; o++) {
-      if (c->bad_call < 0 && (c->st || !bitwise_equal(out[o], c->fx->ref[c->j][c->g][i][o]))) {
+      if (c->bad_call < 0 && (c->st || !tu_bitwise_equal(out[o], c->fx->ref[c->j][c->g][i][o]))) {
         c->bad_call = k;
         c->bad_out = o;
       }
@@ -277,7 +257,7 @@ static void test_graft_function_call__concurrent_functions_on_one_runtime(void *
     int threads, j;
   } cfgs[] = {{"ws", 4, 0}, {"ws", 2, 1}, {"omp", 3, 0}};
   for (size_t r = 0; r < sizeof cfgs / sizeof cfgs[0]; r++) {
-    graft_runtime *rt = runtime(cfgs[r].sched, cfgs[r].threads, GRAINS[cfgs[r].j]);
+    graft_runtime *rt = tu_runtime_of(cfgs[r].sched, cfgs[r].threads, GRAINS[cfgs[r].j]);
     caller c[CALLERS];
     pthread_t th[CALLERS];
     for (int k = 0; k < CALLERS; k++) {
