@@ -235,9 +235,30 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
         (k->in[2]->numel == no_ || k->in[2]->numel == 1)) {                \
       /* full-shape condition, full or scalar branches (a gradient mask): \
        * unit or zero strides, a loop the compiler turns into blends */    \
-      const int64_t ua_ = k->in[1]->numel == no_, ub_ = k->in[2]->numel == no_; \
-      for (int64_t i_ = begin; i_ < end; i_++)                             \
-        ys_[i_] = cs_[i_] != 0 ? as_[i_ * ua_] : bs_[i_ * ub_];           \
+      /* one loop per stride pair, so each is a plain select the compiler \
+       * vectorizes (a random mask would mispredict a branch per element) */ \
+      const int ua_ = k->in[1]->numel == no_, ub_ = k->in[2]->numel == no_; \
+      const T a0_ = as_[0], b0_ = bs_[0];                                  \
+      /* (both sides loaded before the select: a conditional load is      \
+       * control flow the vectorizer refuses) */                           \
+      if (ua_ && ub_)                                                      \
+        for (int64_t i_ = begin; i_ < end; i_++) {                         \
+          const T av_ = as_[i_], bv_ = bs_[i_];                            \
+          ys_[i_] = cs_[i_] != 0 ? av_ : bv_;                              \
+        }                                                                  \
+      else if (ua_)                                                        \
+        for (int64_t i_ = begin; i_ < end; i_++) {                         \
+          const T av_ = as_[i_];                                           \
+          ys_[i_] = cs_[i_] != 0 ? av_ : b0_;                              \
+        }                                                                  \
+      else if (ub_)                                                        \
+        for (int64_t i_ = begin; i_ < end; i_++) {                         \
+          const T bv_ = bs_[i_];                                           \
+          ys_[i_] = cs_[i_] != 0 ? a0_ : bv_;                              \
+        }                                                                  \
+      else                                                                 \
+        for (int64_t i_ = begin; i_ < end; i_++)                           \
+          ys_[i_] = cs_[i_] != 0 ? a0_ : b0_;                              \
       return;                                                              \
     }                                                                      \
     bplan p_;                                                              \
