@@ -33,6 +33,11 @@ struct graft__exec_state {
   worker *w;
   _Atomic int32_t *pending;    /* per order position */
   _Atomic int32_t *tiles_left;
+  /* Only counters that are ever decremented need a reset per call: pending
+   * of nodes with several predecessors, tiles_left of nodes with several
+   * tiles (a chain of single-tile nodes resets nothing). */
+  uint32_t *reset_pending, *reset_tiles;
+  int64_t n_reset_pending, n_reset_tiles;
   _Atomic int cancel;
   _Atomic int status;
   char msg[GRAFT__MSG_LEN];
@@ -56,6 +61,8 @@ void graft__exec_state_destroy(struct graft__exec_state *s) {
   graft__free(s->w);
   graft__free(s->pending);
   graft__free(s->tiles_left);
+  graft__free(s->reset_pending);
+  graft__free(s->reset_tiles);
   graft__free(s);
 }
 
@@ -72,13 +79,19 @@ static graft_status state_get(graft__plan *p, int n, struct graft__exec_state **
   s->w = graft__aligned_alloc((size_t)n * sizeof *s->w, 64);
   s->pending = graft__malloc(m * sizeof *s->pending);
   s->tiles_left = graft__malloc(m * sizeof *s->tiles_left);
-  if (!s->w || !s->pending || !s->tiles_left) {
+  s->reset_pending = graft__malloc(m * sizeof *s->reset_pending);
+  s->reset_tiles = graft__malloc(m * sizeof *s->reset_tiles);
+  if (!s->w || !s->pending || !s->tiles_left || !s->reset_pending || !s->reset_tiles) {
     graft__free(s->w);
     s->w = NULL;
     graft__exec_state_destroy(s);
     return GRAFT_ENOMEM;
   }
   memset(s->w, 0, (size_t)n * sizeof *s->w);
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    if (p->npred[i] >= 2) s->reset_pending[s->n_reset_pending++] = i;
+    if (p->tiling[i].n >= 2) s->reset_tiles[s->n_reset_tiles++] = i;
+  }
   /* A deque never holds more than every task of the plan, so sizing each
    * for that means execution never allocates: no out-of-memory can strike
    * after kernels started writing the caller's outputs. */
@@ -277,12 +290,17 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
     atomic_store_explicit(&me->done, 0, memory_order_relaxed);
     me->steals = 0;
     me->n_ev = 0;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < (int64_t)p->n_order; i++) {
+#pragma omp for schedule(static) nowait
+    for (int64_t k = 0; k < s->n_reset_pending; k++) {
+      uint32_t i = s->reset_pending[k];
       atomic_store_explicit(&s->pending[i], p->npred[i], memory_order_relaxed);
+    }
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < s->n_reset_tiles; k++) {
+      uint32_t i = s->reset_tiles[k];
       atomic_store_explicit(&s->tiles_left[i], p->tiling[i].n, memory_order_relaxed);
     }
-    /* the implicit barrier of the for publishes the counters */
+    /* the implicit barrier of the second for publishes the counters */
     worker_main(&c, wid);
   }
 
