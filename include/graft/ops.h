@@ -79,7 +79,7 @@ GRAFT_API graft_value *graft_digamma(graft_trace *t, graft_value *x);
 /* n-th derivative of digamma, 0 <= n <= 170 (n = 0 is digamma; larger n
  * overflow n!).  Poles: NaN where the one-sided limits differ, else +inf. */
 GRAFT_API graft_value *graft_polygamma(graft_trace *t, int n, graft_value *x);
-/* Identity whose gradient is zero (identity until gradients exist). */
+/* Identity whose gradient and tangent are zero (blocks both modes). */
 GRAFT_API graft_value *graft_stop_gradient(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_cast(graft_trace *t, graft_value *x, graft_dtype to);
 
