@@ -265,12 +265,18 @@ static graft_status run_trace(graft_function *f, graft_tensor *const *in, graft_
   return GRAFT_OK;
 }
 
-static int lru_victim(const uint64_t *ticks, int n, size_t stride) {
+/* The least recently used entry of each cache. */
+static int oldest_trace(const graft_function *f) {
   int v = 0;
-  for (int i = 1; i < n; i++)
-    if (*(const uint64_t *)((const char *)ticks + i * stride) <
-        *(const uint64_t *)((const char *)ticks + v * stride))
-      v = i;
+  for (int i = 1; i < f->n_traces; i++)
+    if (f->traces[i].tick < f->traces[v].tick) v = i;
+  return v;
+}
+
+static int oldest_plan(const graft_function *f) {
+  int v = 0;
+  for (int i = 1; i < f->n_plans; i++)
+    if (f->plans[i].tick < f->plans[v].tick) v = i;
   return v;
 }
 
@@ -297,7 +303,7 @@ static graft_status get_graph(graft_function *f, graft_tensor *const *in, const 
     copy.len = key->len;
   }
   if (f->n_traces == f->capacity)
-    drop_trace(f, lru_victim(&f->traces[0].tick, f->n_traces, sizeof *f->traces));
+    drop_trace(f, oldest_trace(f));
   f->traces[f->n_traces++] = (trace_entry){g, copy, ++f->tick};
   *out = g;
   return GRAFT_OK;
@@ -323,7 +329,7 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
   }
   memcpy(copy.v, key->v, (size_t)key->len * sizeof *copy.v);
   if (f->n_plans == f->capacity)
-    drop_plan(f, lru_victim(&f->plans[0].tick, f->n_plans, sizeof *f->plans));
+    drop_plan(f, oldest_plan(f));
   f->plans[f->n_plans++] = (plan_entry){p, g, copy, ++f->tick};
   *out = p;
   return GRAFT_OK;
