@@ -23,11 +23,11 @@
 
 /* A concrete tensor view: contiguous, row-major. */
 typedef struct graft__tview {
-  void *data;
+  void *data;                  /* the fields every kernel reads come first */
+  int64_t numel;
   graft_dtype dtype;
   int rank;
   int64_t shape[GRAFT_MAX_RANK];
-  int64_t numel;
 } graft__tview;
 
 typedef struct graft__kargs {

@@ -135,6 +135,17 @@ static inline int graft__deque_pop(graft__deque *d, uint64_t *item) {
   return got;
 }
 
+/* Owner only, while no other thread can steal from d (a team of one): pop
+ * without the fence and the CAS that only guard against thieves. */
+static inline int graft__deque_pop_solo(graft__deque *d, uint64_t *item) {
+  int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed) - 1;
+  if (atomic_load_explicit(&d->top, memory_order_relaxed) > b) return 0;
+  graft__deque_buf *a = atomic_load_explicit(&d->buf, memory_order_relaxed);
+  *item = atomic_load_explicit(&a->items[b & a->mask], memory_order_relaxed);
+  atomic_store_explicit(&d->bottom, b, memory_order_relaxed);
+  return 1;
+}
+
 /* Any thread: take the oldest item.  1 = *item set, 0 = empty, -1 = lost a
  * race with another thief or the owner (the deque may still hold items). */
 static inline int graft__deque_steal(graft__deque *d, uint64_t *item) {

@@ -11,13 +11,14 @@ void graft__exec_fail_msg(const graft__plan *p, uint32_t id, const char *reason,
 }
 
 graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reason) {
-  uint32_t id = p->order[i];
   const graft__tiling *tl = &p->tiling[i];
-  graft__kargs k = p->kargs[id];
+  graft__kargs k = p->kargs[i];
   k.msg = reason;
   reason[0] = '\0';
-  graft_status st = graft__exec_fault_hook ? graft__exec_fault_hook(id, t) : GRAFT_OK;
-  if (st != GRAFT_OK) return st;
+  if (graft__exec_fault_hook) {
+    graft_status st = graft__exec_fault_hook(p->order[i], t);
+    if (st != GRAFT_OK) return st;
+  }
   if (tl->split_r) {
     int64_t r0 = tl->split_r * t / tl->n, r1 = tl->split_r * (t + 1) / tl->n;
     return graft__kernel_partial(&k, r0, r1, p->scratch + p->scratch_off[i] + 2 * t * k.out->numel);
@@ -30,7 +31,7 @@ graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reaso
 graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason) {
   const graft__tiling *tl = &p->tiling[i];
   if (!tl->split_r) return GRAFT_OK;
-  graft__kargs k = p->kargs[p->order[i]];
+  graft__kargs k = p->kargs[i];
   k.msg = reason;
   reason[0] = '\0';
   return graft__kernel_combine(&k, tl->n, p->scratch + p->scratch_off[i]);

@@ -1,14 +1,23 @@
 /* The work-stealing executor.
  *
  * Workers are the threads of one OpenMP parallel region per call, each with
- * a Chase-Lev deque of tasks (order position << 32 | tile).  A finished tile
- * counts down its node; the node's last tile counts down each successor, and
- * a successor that becomes ready has its tiles pushed, keeping one to run
- * inline next.  Idle workers steal, victims of their own domain first, then
- * the others; they spin briefly, then yield, then sleep.  Nothing on the hot
- * path takes a lock or allocates (deques are sized at first use and grow
- * only if a graph outgrows them).  Sources (nodes with no compute
- * predecessor) start on a worker of their partition part's domain. */
+ * a Chase-Lev deque of items.  An item is a tile (order position << 32 |
+ * tile) or a range of ready nodes: a slice of p->sources or of one node's
+ * successor list.  A finished tile counts down its node; the node's last
+ * tile counts down each successor that has other predecessors, and a
+ * successor that becomes ready has its tiles pushed, keeping one to run
+ * inline next.  Successors whose only predecessor just finished are ready at
+ * once and become the worker's private range, taken one at a time; the
+ * worker hands the upper half of it to its deque only while some worker is
+ * hungry, so a wide fan-out (or a million sources) costs one push per split,
+ * not one per node.  Idle workers steal, victims of their own domain first,
+ * then the others; they spin briefly, then yield, then sleep.  Nothing on
+ * the hot path takes a lock or allocates (deques are sized at first use and
+ * grow only if a graph outgrows them).  Sources (nodes with no compute
+ * predecessor) start on the workers of their partition part's domain.
+ *
+ * A team of one has no thieves: it pops without the deque's fence and
+ * counts down without read-modify-write instructions. */
 #include <omp.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -21,7 +30,10 @@
 
 typedef struct worker {
   graft__deque dq;
-  _Atomic int64_t done;        /* nodes this worker completed (owner writes) */
+  _Atomic int64_t done;        /* nodes this worker completed, published
+                                  by the owner before it looks for work
+                                  elsewhere (not per node: idle workers
+                                  poll it) */
   int64_t steals;
   graft__trace_event *ev;      /* GRAFT_TRACE only */
   int64_t n_ev, cap_ev;
@@ -31,23 +43,48 @@ typedef struct worker {
 struct graft__exec_state {
   int n;                       /* workers allocated */
   worker *w;
-  _Atomic int32_t *pending;    /* per order position */
+  /* Per order position: predecessors and tiles still to finish.  The one
+   * who brings a counter to zero sets it back to full, so a call that
+   * completes leaves every counter ready for the next and nothing is reset
+   * per call; only after a failed call (dirty) are they all reset. */
+  _Atomic int32_t *pending;
   _Atomic int32_t *tiles_left;
-  /* Only counters that are ever decremented need a reset per call: pending
-   * of nodes with several predecessors, tiles_left of nodes with several
-   * tiles (a chain of single-tile nodes resets nothing). */
-  uint32_t *reset_pending, *reset_tiles;
-  int64_t n_reset_pending, n_reset_tiles;
+  int dirty;
   _Atomic int cancel;
   _Atomic int status;
   char msg[GRAFT__MSG_LEN];
+  /* Workers that found nothing to run or steal: owners of a private range
+   * split it while this is non-zero.  Read on every range step, written
+   * only when a worker runs dry or finds work again. */
+  _Alignas(64) _Atomic int hungry;
+  char pad[64 - sizeof(_Atomic int)];
 };
+
+/* Range items: bit 63 set, bit 62 = a slice of p->sources (else of p->succ),
+ * then the slice's start and end in 31 bits each. */
+#define RANGE_BIT (UINT64_C(1) << 63)
+#define SRC_BIT (UINT64_C(1) << 62)
+#define RANGE_MAX ((UINT32_C(1) << 31) - 1)
+
+static inline uint64_t range_item(int src, uint32_t a, uint32_t b) {
+  return RANGE_BIT | (src ? SRC_BIT : 0) | (uint64_t)a << 31 | b;
+}
+
+/* What a worker holds privately: the node to run next, and a range. */
+typedef struct local {
+  uint64_t next;
+  int have_next;
+  int64_t done;                /* nodes completed (published as worker.done) */
+  int src;                     /* the range is a slice of p->sources */
+  uint32_t r0, r1;             /* [r0, r1) of the range still to take */
+} local;
 
 typedef struct ctx {
   graft__plan *p;
   const graft_runtime *rt;
   struct graft__exec_state *s;
   int team;
+  int solo;                    /* team of one: no thieves */
   int tracing;
   double t0;
 } ctx;
@@ -61,8 +98,6 @@ void graft__exec_state_destroy(struct graft__exec_state *s) {
   graft__free(s->w);
   graft__free(s->pending);
   graft__free(s->tiles_left);
-  graft__free(s->reset_pending);
-  graft__free(s->reset_tiles);
   graft__free(s);
 }
 
@@ -79,19 +114,14 @@ static graft_status state_get(graft__plan *p, int n, struct graft__exec_state **
   s->w = graft__aligned_alloc((size_t)n * sizeof *s->w, 64);
   s->pending = graft__malloc(m * sizeof *s->pending);
   s->tiles_left = graft__malloc(m * sizeof *s->tiles_left);
-  s->reset_pending = graft__malloc(m * sizeof *s->reset_pending);
-  s->reset_tiles = graft__malloc(m * sizeof *s->reset_tiles);
-  if (!s->w || !s->pending || !s->tiles_left || !s->reset_pending || !s->reset_tiles) {
+  if (!s->w || !s->pending || !s->tiles_left) {
     graft__free(s->w);
     s->w = NULL;
     graft__exec_state_destroy(s);
     return GRAFT_ENOMEM;
   }
   memset(s->w, 0, (size_t)n * sizeof *s->w);
-  for (uint32_t i = 0; i < p->n_order; i++) {
-    if (p->npred[i] >= 2) s->reset_pending[s->n_reset_pending++] = i;
-    if (p->tiling[i].n >= 2) s->reset_tiles[s->n_reset_tiles++] = i;
-  }
+  s->dirty = 1; /* counters not set yet */
   /* A deque never holds more than every task of the plan, so sizing each
    * for that means execution never allocates: no out-of-memory can strike
    * after kernels started writing the caller's outputs. */
@@ -130,31 +160,60 @@ static inline void push_or_fail(ctx *c, worker *me, uint32_t i, uint64_t item) {
 }
 
 /* All tiles of order position i are ready: push them, keeping one inline. */
-static inline void ready(ctx *c, worker *me, uint32_t i, uint64_t *next, int *have_next) {
+static inline __attribute__((always_inline)) void ready(ctx *c, worker *me, local *l, uint32_t i) {
   int32_t n = c->p->tiling[i].n;
   for (int32_t t = n - 1; t >= 1; t--) push_or_fail(c, me, i, ((uint64_t)i << 32) | (uint32_t)t);
-  if (!*have_next) {
-    *next = (uint64_t)i << 32;
-    *have_next = 1;
+  if (!l->have_next) {
+    l->next = (uint64_t)i << 32;
+    l->have_next = 1;
   } else {
     push_or_fail(c, me, i, (uint64_t)i << 32);
   }
 }
 
-static inline void complete(ctx *c, worker *me, uint32_t i, uint64_t *next, int *have_next) {
-  const graft__plan *p = c->p;
-  atomic_store_explicit(&me->done, atomic_load_explicit(&me->done, memory_order_relaxed) + 1,
-                        memory_order_release);
-  for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++) {
-    uint32_t s = p->succ[e];
-    if (p->npred[s] == 1 ||
-        atomic_fetch_sub_explicit(&c->s->pending[s], 1, memory_order_acq_rel) == 1)
-      ready(c, me, s, next, have_next);
+/* [a, b) of p->sources (src) or p->succ becomes the private range; a range
+ * still held is pushed first (it is older, so it stays below). */
+static inline void take_range(ctx *c, worker *me, local *l, int src, uint32_t a, uint32_t b) {
+  if (l->r0 < l->r1) {
+    const uint32_t *arr = l->src ? c->p->sources : c->p->succ;
+    push_or_fail(c, me, arr[l->r0], range_item(l->src, l->r0, l->r1));
   }
+  l->src = src;
+  l->r0 = a;
+  l->r1 = b;
 }
 
-static inline void run_task(ctx *c, worker *me, int wid, uint64_t item, uint64_t *next,
-                            int *have_next) {
+/* Count down a counter whose full value is full; 1 when it reached zero,
+ * and then it is full again for the next call (nobody else touches it in
+ * this one).  A counter that reads 1 is ours alone: every other arrival has
+ * counted down (the acquire load pairs with their release RMWs), so the
+ * last one skips the locked instruction. */
+static inline int arrive(ctx *c, _Atomic int32_t *cnt, int32_t full) {
+  int32_t v = atomic_load_explicit(cnt, c->solo ? memory_order_relaxed : memory_order_acquire);
+  if (v != 1) {
+    if (c->solo) {
+      atomic_store_explicit(cnt, v - 1, memory_order_relaxed);
+      return 0;
+    }
+    if (atomic_fetch_sub_explicit(cnt, 1, memory_order_acq_rel) != 1) return 0;
+  }
+  atomic_store_explicit(cnt, full, memory_order_relaxed);
+  return 1;
+}
+
+static inline void complete(ctx *c, worker *me, local *l, uint32_t i) {
+  const graft__plan *p = c->p;
+  l->done++;
+  uint32_t e0 = p->succ_off[i], e1 = p->succ_multi[i], e2 = p->succ_off[i + 1];
+  for (const uint32_t *e = p->succ + e1, *end = p->succ + e2; e < end; e++)
+    if (arrive(c, &c->s->pending[*e], p->npred[*e])) ready(c, me, l, *e);
+  if (e1 - e0 == 1)
+    ready(c, me, l, p->succ[e0]);
+  else if (e1 > e0)
+    take_range(c, me, l, 0, e0, e1);
+}
+
+static inline void run_task(ctx *c, worker *me, local *l, int wid, uint64_t item) {
   graft__plan *p = c->p;
   uint32_t i = (uint32_t)(item >> 32);
   int64_t t = (int64_t)(item & 0xffffffffu);
@@ -162,12 +221,18 @@ static inline void run_task(ctx *c, worker *me, int wid, uint64_t item, uint64_t
   graft_status st = graft__exec_tile(p, i, t, me->msg);
   if (c->tracing) record(c, me, wid, ts, now_us() - ts, p->order[i], t, -1);
   if (st != GRAFT_OK) fail(c, i, st, me->msg);
-  if (p->tiling[i].n == 1 ||
-      atomic_fetch_sub_explicit(&c->s->tiles_left[i], 1, memory_order_acq_rel) == 1) {
+  if (p->tiling[i].n == 1 || arrive(c, &c->s->tiles_left[i], p->tiling[i].n)) {
     if (p->tiling[i].split_r && st == GRAFT_OK && (st = graft__exec_finish(p, i, me->msg)))
       fail(c, i, st, me->msg);
-    complete(c, me, i, next, have_next);
+    complete(c, me, l, i);
   }
+}
+
+/* The node an item names first (for traces). */
+static uint32_t item_node(const graft__plan *p, uint64_t item) {
+  if (!(item & RANGE_BIT)) return p->order[item >> 32];
+  uint32_t a = (uint32_t)(item >> 31) & RANGE_MAX;
+  return p->order[(item & SRC_BIT) ? p->sources[a] : p->succ[a]];
 }
 
 static int try_steal(ctx *c, int wid, uint64_t *item) {
@@ -186,8 +251,9 @@ static int try_steal(ctx *c, int wid, uint64_t *item) {
       if (r == 1) {
         worker *me = &c->s->w[wid];
         me->steals++;
-        if (c->tracing) record(c, me, wid, now_us(), -1, c->p->order[*item >> 32],
-                               (int64_t)(*item & 0xffffffffu), v);
+        if (c->tracing)
+          record(c, me, wid, now_us(), -1, item_node(c->p, *item),
+                 (*item & RANGE_BIT) ? -1 : (int64_t)(*item & 0xffffffffu), v);
         return 1;
       }
     }
@@ -217,10 +283,12 @@ static void backoff(unsigned *idle) {
   }
 }
 
-/* Push the tiles of the sources that start on worker wid: each part's
- * sources are dealt to the workers of its domain in contiguous blocks, so
- * neighbouring sources (siblings of one subtree) stay on one worker. */
-static void seed(ctx *c, worker *me, int wid, uint64_t *next, int *have_next) {
+/* The sources that start on worker wid: each domain's parts' sources, one
+ * after another, are cut into contiguous blocks, one per worker of the
+ * domain, so neighbouring sources (siblings of one subtree) stay on one
+ * worker.  (With fewer workers than parts, parts fold onto domains modulo.)
+ * Each block is a range; pieces from several parts are pushed. */
+static void seed(ctx *c, worker *me, local *l, int wid) {
   const graft__plan *p = c->p;
   int n = c->team, parts = GRAFT__MIN(p->n_parts, n);
   int my = graft__runtime_worker_domain(c->rt, wid, n);
@@ -230,35 +298,75 @@ static void seed(ctx *c, worker *me, int wid, uint64_t *next, int *have_next) {
       if (lo < 0) lo = w;
       cnt++;
     }
-  /* (With fewer workers than parts, parts fold onto domains modulo.) */
-  int64_t total = 0, j = 0;
-  for (uint32_t k = 0; k < p->n_sources; k++) total += p->part[p->sources[k]] % parts == my;
-  int64_t r = wid - lo, from = total * r / cnt, to = total * (r + 1) / cnt;
-  for (uint32_t k = 0; k < p->n_sources && j < to; k++) {
-    if (p->part[p->sources[k]] % parts != my) continue;
-    if (j++ >= from) ready(c, me, p->sources[k], next, have_next);
+  int64_t total = 0;
+  for (int k = my; k < p->n_parts; k += parts) total += p->src_off[k + 1] - p->src_off[k];
+  int64_t r = wid - lo, from = total * r / cnt, to = total * (r + 1) / cnt, j = 0;
+  for (int k = my; k < p->n_parts && j < to; k += parts) {
+    int64_t len = p->src_off[k + 1] - p->src_off[k];
+    int64_t a = GRAFT__MAX(from, j), b = GRAFT__MIN(to, j + len);
+    /* a range holds at most RANGE_MAX entries */
+    for (int64_t x = a; x < b; x += RANGE_MAX)
+      take_range(c, me, l, 1, (uint32_t)(p->src_off[k] + x - j),
+                 (uint32_t)(p->src_off[k] + GRAFT__MIN(b, x + RANGE_MAX) - j));
+    j += len;
   }
+}
+
+/* Hand the upper half of the private range to the deque when a worker is
+ * hungry and nothing else is there for it to steal. */
+static inline void maybe_split(ctx *c, worker *me, local *l) {
+  if (l->r1 - l->r0 < 2 || !atomic_load_explicit(&c->s->hungry, memory_order_relaxed) ||
+      graft__deque_size_approx(&me->dq))
+    return;
+  uint32_t mid = l->r0 + (l->r1 - l->r0) / 2;
+  const uint32_t *arr = l->src ? c->p->sources : c->p->succ;
+  push_or_fail(c, me, arr[mid], range_item(l->src, mid, l->r1));
+  l->r1 = mid;
 }
 
 static void worker_main(ctx *c, int wid) {
   worker *me = &c->s->w[wid];
-  uint64_t next = 0, item;
-  int have_next = 0;
+  const graft__plan *p = c->p;
+  local l = {0, 0, 0, 0, 0, 0};
+  uint64_t item;
   unsigned idle = 0;
-  seed(c, me, wid, &next, &have_next);
+  int is_hungry = 0;
+  seed(c, me, &l, wid);
   for (;;) {
-    if (have_next) {
-      item = next;
-      have_next = 0;
-    } else if (!graft__deque_pop(&me->dq, &item) && !try_steal(c, wid, &item)) {
+    if (l.have_next) {
+      item = l.next;
+      l.have_next = 0;
+    } else if (l.r0 < l.r1) {
+      if (!c->solo) maybe_split(c, me, &l);
+      ready(c, me, &l, (l.src ? p->sources : p->succ)[l.r0++]);
+      continue;
+    } else if (!(c->solo ? graft__deque_pop_solo(&me->dq, &item)
+                         : graft__deque_pop(&me->dq, &item)) &&
+               !try_steal(c, wid, &item)) {
+      if (!is_hungry) {
+        is_hungry = 1;
+        atomic_fetch_add_explicit(&c->s->hungry, 1, memory_order_relaxed);
+        atomic_store_explicit(&me->done, l.done, memory_order_release);
+      }
       if (finished(c)) break;
       backoff(&idle);
       continue;
     }
+    if (is_hungry) {
+      is_hungry = 0;
+      atomic_fetch_sub_explicit(&c->s->hungry, 1, memory_order_relaxed);
+    }
     idle = 0;
     if (atomic_load_explicit(&c->s->cancel, memory_order_relaxed)) break;
-    run_task(c, me, wid, item, &next, &have_next);
+    if (item & RANGE_BIT) {
+      l.src = (item & SRC_BIT) != 0;
+      l.r0 = (uint32_t)(item >> 31) & RANGE_MAX;
+      l.r1 = (uint32_t)item & RANGE_MAX;
+      continue;
+    }
+    run_task(c, me, &l, wid, item);
   }
+  if (is_hungry) atomic_fetch_sub_explicit(&c->s->hungry, 1, memory_order_relaxed);
 }
 
 static const char *node_name(const void *ctx, uint32_t node) {
@@ -277,30 +385,33 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
   }
   atomic_store(&s->cancel, 0);
   atomic_store(&s->status, GRAFT_OK);
-  ctx c = {p, rt, s, nt, rt->trace != NULL, now_us()};
+  atomic_store(&s->hungry, 0);
+  ctx c = {p, rt, s, nt, nt == 1, rt->trace != NULL, now_us()};
 
 #pragma omp parallel num_threads(nt)
   {
     int wid = omp_get_thread_num();
 #pragma omp single
-    c.team = omp_get_num_threads();
+    {
+      c.team = omp_get_num_threads();
+      c.solo = c.team == 1;
+    }
     graft__topology_bind_worker(rt, wid, c.team);
     worker *me = &s->w[wid];
     graft__deque_reset(&me->dq);
     atomic_store_explicit(&me->done, 0, memory_order_relaxed);
     me->steals = 0;
     me->n_ev = 0;
+    if (s->dirty) {
 #pragma omp for schedule(static) nowait
-    for (int64_t k = 0; k < s->n_reset_pending; k++) {
-      uint32_t i = s->reset_pending[k];
-      atomic_store_explicit(&s->pending[i], p->npred[i], memory_order_relaxed);
+      for (int64_t i = 0; i < (int64_t)p->n_order; i++) {
+        atomic_store_explicit(&s->pending[i], p->npred[i], memory_order_relaxed);
+        atomic_store_explicit(&s->tiles_left[i], p->tiling[i].n, memory_order_relaxed);
+      }
     }
-#pragma omp for schedule(static)
-    for (int64_t k = 0; k < s->n_reset_tiles; k++) {
-      uint32_t i = s->reset_tiles[k];
-      atomic_store_explicit(&s->tiles_left[i], p->tiling[i].n, memory_order_relaxed);
-    }
-    /* the implicit barrier of the second for publishes the counters */
+    /* Nobody steals from a deque or reads a done count before its owner
+     * reset it (the barrier also publishes reset counters). */
+#pragma omp barrier
     worker_main(&c, wid);
   }
 
@@ -312,6 +423,8 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
   for (int i = 0; i < c.team; i++) steals += s->w[i].steals;
   p->stats.steals = steals;
   graft_status st = (graft_status)atomic_load(&s->status);
+  /* A failed call stops with counters part way down. */
+  s->dirty = st != GRAFT_OK;
   if (st != GRAFT_OK) graft__msgf(msg, "%s", s->msg);
   return st;
 }

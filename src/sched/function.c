@@ -355,7 +355,7 @@ static graft_status prepare_outputs(graft_function *f, graft__plan *p, graft_ten
                                     graft_tensor **mine) {
   const graft__graph *g = p->g;
   for (int i = 0; i < f->n_outputs; i++) {
-    const graft__tview *v = &p->views[g->outputs[i]];
+    const graft__tview *v = graft__plan_view(p, g->outputs[i]);
     mine[i] = NULL;
     if (out[i]) {
       char want[96], got[96];
@@ -381,7 +381,7 @@ static graft_status prepare_outputs(graft_function *f, graft__plan *p, graft_ten
 static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const *in,
                          graft_tensor *const *dst, uint8_t *direct) {
   const graft__graph *g = p->g;
-  for (int i = 0; i < g->n_inputs; i++) p->views[g->inputs[i]].data = graft_tensor_data(in[i]);
+  for (int i = 0; i < g->n_inputs; i++) graft__plan_view(p, g->inputs[i])->data = graft_tensor_data(in[i]);
   for (int64_t i = 0; i < g->n_vars; i++) {
     if (__atomic_load_n(&g->vars[i]->destroyed, __ATOMIC_ACQUIRE))
       return failf(f, GRAFT_EMISUSE, "%s: variable '%s' was destroyed after this function traced it",
@@ -389,13 +389,13 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
   }
   for (uint32_t k = 0; k < p->n_var_reads; k++) {
     uint32_t id = p->var_reads[k];
-    p->views[id].data = graft_tensor_data(graft__graph_node(g, id)->attr.var.var->value);
+    graft__plan_view(p, id)->data = graft_tensor_data(graft__graph_node(g, id)->attr.var.var->value);
   }
   /* Arena views keep their pointers between calls; only outputs that went
    * straight to the caller last time are pointed back at the arena. */
   for (int i = 0; i < f->n_outputs; i++) {
     uint32_t id = g->outputs[i];
-    if (p->offset[id] != SIZE_MAX) p->views[id].data = p->arena + p->offset[id];
+    if (p->offset[id] != SIZE_MAX) graft__plan_view(p, id)->data = p->arena + p->offset[id];
   }
   /* Outputs go straight into the caller's tensors only when nothing can
    * fail once kernels run: shapes are checked at compile, executors never
@@ -419,7 +419,7 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
                    tensor_bytes(vt)))
         direct[i] = 0;
     }
-    if (direct[i]) p->views[id].data = graft_tensor_data(dst[i]);
+    if (direct[i]) graft__plan_view(p, id)->data = graft_tensor_data(dst[i]);
   }
   return GRAFT_OK;
 }
@@ -428,12 +428,12 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
                    const uint8_t *direct) {
   const graft__graph *g = p->g;
   for (int i = 0; i < f->n_outputs; i++) {
-    const graft__tview *v = &p->views[g->outputs[i]];
+    const graft__tview *v = graft__plan_view(p, g->outputs[i]);
     if (!direct[i] && view_bytes(v)) memcpy(graft_tensor_data(dst[i]), v->data, view_bytes(v));
   }
   for (uint32_t k = 0; k < p->n_assigns; k++) {
     const graft__node *n = graft__graph_node(g, p->assigns[k]);
-    const graft__tview *v = &p->views[p->assigns[k]];
+    const graft__tview *v = graft__plan_view(p, p->assigns[k]);
     if (view_bytes(v)) memcpy(graft_tensor_data(n->attr.var.var->value), v->data, view_bytes(v));
   }
 }

@@ -48,7 +48,7 @@ static inline int is_anc(const mp *m, uint32_t a, uint32_t of) {
 }
 
 static int64_t value_bytes(const graft__plan *p, uint32_t i) {
-  const graft__tview *v = &p->views[p->order[i]];
+  const graft__tview *v = graft__plan_view(p, p->order[i]);
   return v->numel * (int64_t)graft_dtype_size(v->dtype);
 }
 
@@ -84,10 +84,10 @@ static uint32_t inplace_victim(const mp *m, uint32_t i) {
   /* (A writer read after the graph is fine: the buffer then lives to the
    * end; only a victim read after the graph must be kept.) */
   if (!(graft__ops[n->op].flags & GRAFT__OPF_ELEMWISE)) return UINT32_MAX;
-  const graft__tview *o = &p->views[id];
+  const graft__tview *o = graft__plan_view(p, id);
   for (uint32_t e = p->pred_off[i]; e < p->pred_off[i + 1]; e++) {
     uint32_t u = p->pred[e];
-    const graft__tview *v = &p->views[p->order[u]];
+    const graft__tview *v = graft__plan_view(p, p->order[u]);
     if (m->sink[u] || v->numel != o->numel || v->rank != o->rank ||
         graft_dtype_size(v->dtype) != graft_dtype_size(o->dtype) ||
         memcmp(v->shape, o->shape, (size_t)o->rank * sizeof *o->shape))

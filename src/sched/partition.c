@@ -23,7 +23,7 @@ static uint32_t find(uint32_t *parent, uint32_t x) {
 }
 
 static int64_t value_bytes(const graft__plan *p, uint32_t i) {
-  const graft__tview *v = &p->views[p->order[i]];
+  const graft__tview *v = graft__plan_view(p, p->order[i]);
   return v->numel * (int64_t)graft_dtype_size(v->dtype);
 }
 
@@ -74,6 +74,7 @@ graft_status graft__plan_partition(graft__plan *p, int n_parts) {
   p->n_parts = n_parts;
   p->part = graft__calloc(n ? n : 1, sizeof *p->part);
   p->sources = graft__malloc((n ? n : 1) * sizeof *p->sources);
+  p->src_off = graft__malloc(((size_t)n_parts + 1) * sizeof *p->src_off);
   uint32_t *parent = graft__malloc((n ? n : 1) * sizeof *parent);
   uint32_t *cid = graft__malloc((n ? n : 1) * sizeof *cid);
   uint32_t *single = graft__malloc((n ? n : 1) * sizeof *single);
@@ -82,7 +83,8 @@ graft_status graft__plan_partition(graft__plan *p, int n_parts) {
   int64_t *load = graft__calloc((size_t)n_parts, sizeof *load);
   int64_t *affinity = graft__calloc((size_t)n_parts, sizeof *affinity);
   graft_status st = GRAFT_ENOMEM;
-  if (!p->part || !p->sources || !parent || !cid || !single || !cl || !idx || !load || !affinity)
+  if (!p->part || !p->sources || !p->src_off || !parent || !cid || !single || !cl || !idx ||
+      !load || !affinity)
     goto out;
 
   /* Contract chains. */
@@ -171,9 +173,12 @@ graft_status graft__plan_partition(graft__plan *p, int n_parts) {
 
   /* Sources (no compute predecessor), grouped by part. */
   p->n_sources = 0;
-  for (int k = 0; k < n_parts; k++)
+  for (int k = 0; k < n_parts; k++) {
+    p->src_off[k] = p->n_sources;
     for (uint32_t i = 0; i < n; i++)
       if (p->npred[i] == 0 && p->part[i] == k) p->sources[p->n_sources++] = i;
+  }
+  p->src_off[n_parts] = p->n_sources;
   fill_stats(p, load, n_parts);
   st = GRAFT_OK;
 out:

@@ -12,6 +12,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->live);
   graft__free(p->order);
   graft__free(p->views);
+  graft__free(p->vslot);
   graft__free(p->in_ptrs);
   graft__free(p->kargs);
   graft__free(p->kfn);
@@ -22,6 +23,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->arena);
   graft__free(p->succ_off);
   graft__free(p->succ);
+  graft__free(p->succ_multi);
   graft__free(p->pred_off);
   graft__free(p->pred);
   graft__free(p->npred);
@@ -31,6 +33,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->scratch_off);
   graft__free(p->part);
   graft__free(p->sources);
+  graft__free(p->src_off);
   graft__exec_state_destroy(p->ws);
   graft__free(p);
 }
@@ -73,7 +76,7 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
       continue;
     }
     for (int k = 0; k < n->n_in; k++) {
-      const graft__tview *v = &p->views[n->in[k]];
+      const graft__tview *v = graft__plan_view(p, n->in[k]);
       ins[k].dtype = v->dtype;
       ins[k].rank = v->rank;
       memcpy(ins[k].dims, v->shape, sizeof ins[k].dims);
@@ -88,7 +91,7 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
       compile_fail(g, id, c.msg, msg);
       goto out;
     }
-    graft__tview *v = &p->views[id];
+    graft__tview *v = graft__plan_view(p, id);
     v->dtype = o.dtype;
     v->rank = o.rank;
     memcpy(v->shape, o.dims, sizeof v->shape);
@@ -105,41 +108,99 @@ out:
   return st;
 }
 
-/* The compute nodes in topological order and their kernel arguments; data
- * pointers are set once the memory plan exists (place). */
+/* The compute nodes in topological order (the trace's), the variables read
+ * and the assigns.  Kernel arguments wait for the final order (args). */
 static graft_status layout(graft__plan *p) {
   const graft__graph *g = p->g;
-  int64_t n_ins = 0;
   for (uint32_t id = 0; id < g->n_nodes; id++) {
     p->offset[id] = NO_SLOT;
     const graft__node *n = graft__graph_node(g, id);
     if (!p->live[id] || (graft__ops[n->op].flags & GRAFT__OPF_EXTERNAL)) continue;
     p->order[p->n_order++] = id;
-    n_ins += n->n_in;
     if (graft__ops[n->op].flags & GRAFT__OPF_FALLIBLE) p->fallible = 1;
   }
-  p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
-  p->kfn = graft__malloc((size_t)(p->n_order ? p->n_order : 1) * sizeof *p->kfn);
   p->var_reads = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->var_reads);
   p->assigns = graft__malloc((size_t)(p->n_order ? p->n_order : 1) * sizeof *p->assigns);
-  if (!p->in_ptrs || !p->kfn || !p->var_reads || !p->assigns) return GRAFT_ENOMEM;
+  if (!p->var_reads || !p->assigns) return GRAFT_ENOMEM;
   /* Calls bind and commit these without walking the graph. */
   for (uint32_t id = 0; id < g->n_nodes; id++) {
     const graft__node *n = graft__graph_node(g, id);
     if (p->live[id] && n->op == GRAFT__OP_VAR_READ) p->var_reads[p->n_var_reads++] = id;
     if (p->live[id] && n->op == GRAFT__OP_ASSIGN) p->assigns[p->n_assigns++] = id;
   }
+  return GRAFT_OK;
+}
+
+static void unlink_plan(graft__plan *p) {
+  graft__free(p->succ_off);
+  graft__free(p->succ);
+  graft__free(p->succ_multi);
+  graft__free(p->pred_off);
+  graft__free(p->pred);
+  graft__free(p->npred);
+  p->succ_off = p->succ = p->succ_multi = p->pred_off = p->pred = NULL;
+  p->npred = NULL;
+}
+
+static graft_status link(graft__plan *p);
+
+/* Renumber the compute nodes in the order one worker runs them (order.c),
+ * and store the views in that order, compute nodes first. */
+static graft_status reorder(graft__plan *p) {
+  const graft__graph *g = p->g;
+  uint32_t n = p->n_order;
+  uint32_t *seq = graft__malloc((n ? n : 1) * sizeof *seq);
+  if (!seq) return GRAFT_ENOMEM;
+  graft_status st = graft__plan_order(p, seq);
+  int same = 1;
+  for (uint32_t i = 0; i < n && !st; i++) {
+    same &= seq[i] == i;
+    seq[i] = p->order[seq[i]];
+  }
+  if (!st && !same) {
+    memcpy(p->order, seq, (n ? n : 1) * sizeof *seq);
+    unlink_plan(p);
+    st = link(p);
+  }
+  graft__free(seq);
+  if (st) return st;
+  /* Views: compute nodes in order, then every other node by id. */
+  size_t m = g->n_nodes ? g->n_nodes : 1;
+  graft__tview *v = graft__malloc(m * sizeof *v);
+  if (!v) return GRAFT_ENOMEM;
+  for (uint32_t id = 0; id < g->n_nodes; id++) p->vslot[id] = UINT32_MAX;
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; i++) p->vslot[p->order[i]] = k++;
+  for (uint32_t id = 0; id < g->n_nodes; id++)
+    if (p->vslot[id] == UINT32_MAX) p->vslot[id] = k++;
+  for (uint32_t id = 0; id < g->n_nodes; id++) v[p->vslot[id]] = p->views[id];
+  graft__free(p->views);
+  p->views = v;
+  return GRAFT_OK;
+}
+
+/* Kernel arguments per order position; data pointers are set once the
+ * memory plan exists (place). */
+static graft_status args(graft__plan *p) {
+  const graft__graph *g = p->g;
+  int64_t n_ins = 0;
+  for (uint32_t i = 0; i < p->n_order; i++) n_ins += graft__graph_node(g, p->order[i])->n_in;
+  size_t n = p->n_order ? p->n_order : 1;
+  p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
+  p->kfn = graft__malloc(n * sizeof *p->kfn);
+  p->kargs = graft__calloc(n, sizeof *p->kargs);
+  if (!p->in_ptrs || !p->kfn || !p->kargs) return GRAFT_ENOMEM;
   int64_t k = 0;
   for (uint32_t i = 0; i < p->n_order; i++) {
     uint32_t id = p->order[i];
-    const graft__node *n = graft__graph_node(g, id);
-    graft__kargs *ka = &p->kargs[id];
-    ka->node = n;
-    ka->n_in = n->n_in;
+    const graft__node *nd = graft__graph_node(g, id);
+    graft__kargs *ka = &p->kargs[i];
+    ka->node = nd;
+    ka->n_in = nd->n_in;
     ka->in = &p->in_ptrs[k];
-    for (int j = 0; j < n->n_in; j++) p->in_ptrs[k++] = &p->views[n->in[j]];
-    ka->out = &p->views[id];
-    p->kfn[i] = graft__kernels[n->op].run;
+    for (int j = 0; j < nd->n_in; j++) p->in_ptrs[k++] = graft__plan_view(p, nd->in[j]);
+    ka->out = graft__plan_view(p, id);
+    p->kfn[i] = graft__kernels[nd->op].run;
   }
   return GRAFT_OK;
 }
@@ -149,7 +210,35 @@ static graft_status place(graft__plan *p) {
   p->arena = graft__aligned_alloc(p->arena_bytes ? p->arena_bytes : GRAFT__ALIGN, GRAFT__ALIGN);
   if (!p->arena) return GRAFT_ENOMEM;
   for (uint32_t i = 0; i < p->n_order; i++)
-    p->views[p->order[i]].data = p->arena + p->offset[p->order[i]];
+    graft__plan_view(p, p->order[i])->data = p->arena + p->offset[p->order[i]];
+  return GRAFT_OK;
+}
+
+/* Reorder each successor list so the successors with this node as their only
+ * compute predecessor come first (in order), and note where the others
+ * start: the work-stealing executor hands the first group out as one range
+ * of ready nodes, without touching their counters. */
+static graft_status group_successors(graft__plan *p) {
+  uint32_t n = p->n_order, m = p->succ_off[n];
+  /* The executor's items hold order positions and successor indices in 31
+   * bits; a plan beyond that would need hundreds of GiB anyway. */
+  if (n > INT32_MAX || m > INT32_MAX) return GRAFT_ENOMEM;
+  p->succ_multi = graft__malloc((n ? n : 1) * sizeof *p->succ_multi);
+  uint32_t *tmp = graft__malloc((m ? m : 1) * sizeof *tmp);
+  if (!p->succ_multi || !tmp) {
+    graft__free(tmp);
+    return GRAFT_ENOMEM;
+  }
+  for (uint32_t u = 0; u < n; u++) {
+    uint32_t k = p->succ_off[u];
+    for (int multi = 0; multi < 2; multi++) {
+      if (multi) p->succ_multi[u] = k;
+      for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++)
+        if ((p->npred[p->succ[e]] > 1) == multi) tmp[k++] = p->succ[e];
+    }
+  }
+  graft__free(p->succ);
+  p->succ = tmp;
   return GRAFT_OK;
 }
 
@@ -207,7 +296,7 @@ static graft_status link(graft__plan *p) {
       p->npred[v]--;
     }
   for (uint32_t i = 0; i < n; i++) p->npred[i] = (int32_t)(p->pred_off[i + 1] - p->pred_off[i]);
-  return GRAFT_OK;
+  return group_successors(p);
 nomem:
   graft__free(pos);
   return GRAFT_ENOMEM;
@@ -236,11 +325,12 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
   p->live = graft__malloc(n);
   p->order = graft__malloc(n * sizeof *p->order);
   p->views = graft__calloc(n, sizeof *p->views);
-  p->kargs = graft__calloc(n, sizeof *p->kargs);
+  p->vslot = graft__malloc(n * sizeof *p->vslot);
   p->offset = graft__malloc(n * sizeof *p->offset);
   p->binding = graft__malloc((size_t)(g->n_syms ? g->n_syms : 1) * sizeof *p->binding);
-  if (!p->live || !p->order || !p->views || !p->kargs || !p->offset || !p->binding) goto nomem;
+  if (!p->live || !p->order || !p->views || !p->vslot || !p->offset || !p->binding) goto nomem;
   for (int64_t i = 0; i < g->n_syms; i++) p->binding[i] = -1;
+  for (uint32_t id = 0; id < g->n_nodes; id++) p->vslot[id] = id;
   graft__graph_prune(g, p->live);
   for (int i = 0; i < g->n_inputs; i++) p->live[g->inputs[i]] = 1; /* bound every call */
 
@@ -250,7 +340,7 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
     graft__plan_destroy(p);
     return st;
   }
-  if (layout(p) || link(p) || graft__memplan(p) || place(p) ||
+  if (layout(p) || link(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
       graft__plan_tile(p, opts->grain) || graft__plan_partition(p, opts->n_parts))
     goto nomem;
 #ifdef GRAFT_PLAN_CHECK

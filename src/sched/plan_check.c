@@ -59,7 +59,7 @@ static int reaches(checker *c, uint32_t from, uint32_t to) {
 }
 
 static int64_t bytes_of(const graft__plan *p, uint32_t i) {
-  const graft__tview *v = &p->views[p->order[i]];
+  const graft__tview *v = graft__plan_view(p, p->order[i]);
   return v->numel * (int64_t)graft_dtype_size(v->dtype);
 }
 
@@ -92,7 +92,7 @@ static graft_status pair_ok(checker *c, uint32_t i, uint32_t j, char *msg) {
     uint32_t a = p->order[i], b = p->order[j];
     const graft__node *nb = graft__graph_node(p->g, b);
     if (!(graft__ops[nb->op].flags & GRAFT__OPF_ELEMWISE) || p->offset[a] != p->offset[b] ||
-        bytes_of(p, i) != bytes_of(p, j) || p->views[a].numel != p->views[b].numel)
+        bytes_of(p, i) != bytes_of(p, j) || graft__plan_view(p, a)->numel != graft__plan_view(p, b)->numel)
       return bad(c, i, j, "the second reads the first and is not an exact in-place write", msg);
   }
   return GRAFT_OK;

@@ -30,9 +30,12 @@ typedef struct graft__plan {
   uint8_t *live;            /* per graph node */
   uint32_t *order;          /* live compute nodes (not EXTERNAL), topological */
   uint32_t n_order;
-  graft__tview *views;      /* per graph node, concrete */
+  graft__tview *views;      /* concrete views, compute nodes first in order
+                               (so executors read them front to back); use
+                               graft__plan_view */
+  uint32_t *vslot;          /* per graph node: its index in views */
   const graft__tview **in_ptrs; /* kargs input lists, flattened */
-  graft__kargs *kargs;      /* per graph node (valid for compute nodes) */
+  graft__kargs *kargs;      /* per order position */
   graft__kernel_fn *kfn;    /* per order position: the node's kernel, so the
                                hot path never touches the graph node */
   int64_t *binding;         /* per symbol */
@@ -50,7 +53,8 @@ typedef struct graft__plan {
    * successors as CSR over order positions, distinct compute predecessors,
    * work, tiles, and the partition part. */
   uint32_t *succ_off;       /* n_order + 1 */
-  uint32_t *succ;
+  uint32_t *succ;           /* per node: single-predecessor successors first */
+  uint32_t *succ_multi;     /* n_order: where i's successors with npred >= 2 start */
   int32_t *npred;
   uint32_t *pred_off;       /* n_order + 1: the transpose of succ */
   uint32_t *pred;
@@ -60,11 +64,17 @@ typedef struct graft__plan {
   int n_parts;
   uint32_t *sources;        /* order positions with npred 0, grouped by part */
   uint32_t n_sources;
+  uint32_t *src_off;        /* n_parts + 1: part k's sources start at src_off[k] */
   int64_t n_tasks;          /* sum of tiles */
   double *scratch;          /* partials of split reductions */
   int64_t *scratch_off;     /* per order position, in doubles */
   struct graft__exec_state *ws; /* lazily built work-stealing state */
 } graft__plan;
+
+/* The concrete view of graph node id. */
+static inline graft__tview *graft__plan_view(const graft__plan *p, uint32_t id) {
+  return &p->views[p->vslot[id]];
+}
 
 /* Compile-time inputs from the runtime. */
 typedef struct graft__plan_opts {
@@ -88,6 +98,14 @@ extern int graft__memplan_naive;
  * values whose lifetimes may overlap in some schedule share bytes.  Returns
  * GRAFT_EINTERNAL with msg naming the two nodes on a violation. */
 graft_status graft__plan_check(const graft__plan *p, char *msg);
+
+/* ---- order (order.c) ------------------------------------------------------ */
+/* Given a linked plan (successor lists grouped as group_successors leaves
+ * them), write to seq the order positions in the order a lone work-stealing
+ * worker runs them, a topological order.  Compiling with that order makes
+ * one worker (and the sequential executor) walk every per-node array front
+ * to back. */
+graft_status graft__plan_order(const graft__plan *p, uint32_t *seq);
 
 /* ---- tiles (tiles.c) ------------------------------------------------------ */
 /* Work estimate of order position i (cost column x elements or MACs). */

@@ -14,21 +14,20 @@
 int64_t graft__plan_node_work(const graft__plan *p, uint32_t i) {
   uint32_t id = p->order[i];
   const graft__node *n = graft__graph_node(p->g, id);
-  const graft__tview *o = &p->views[id];
+  const graft__tview *o = graft__plan_view(p, id);
   int cost = graft__ops[n->op].cost;
   if (n->op == GRAFT__OP_MATMUL) {
-    const graft__tview *a = p->kargs[id].in[0];
+    const graft__tview *a = p->kargs[i].in[0];
     int64_t k = a->shape[a->rank - ((n->attr.matmul.flags & GRAFT_TRANS_A) ? 2 : 1)];
     return (int64_t)cost * o->numel * (k ? k : 1);
   }
   int64_t elems = o->numel;
-  for (int j = 0; j < n->n_in; j++) elems = GRAFT__MAX(elems, p->kargs[id].in[j]->numel);
+  for (int j = 0; j < n->n_in; j++) elems = GRAFT__MAX(elems, p->kargs[i].in[j]->numel);
   return (int64_t)(cost ? cost : 1) * (elems ? elems : 1);
 }
 
 static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *tl) {
-  uint32_t id = p->order[i];
-  const graft__kargs *k = &p->kargs[id];
+  const graft__kargs *k = &p->kargs[i];
   const graft__node *n = k->node;
   int64_t units = graft__kernel_units(k);
   tl->units = units;
@@ -108,7 +107,7 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
     tile_node(p, i, grain, &p->tiling[i]);
     p->n_tasks += p->tiling[i].n;
     p->scratch_off[i] = scratch;
-    if (p->tiling[i].split_r) scratch += 2 * (int64_t)p->tiling[i].n * p->views[p->order[i]].numel;
+    if (p->tiling[i].split_r) scratch += 2 * (int64_t)p->tiling[i].n * graft__plan_view(p, p->order[i])->numel;
   }
   p->scratch = graft__aligned_alloc((size_t)(scratch ? scratch : 1) * sizeof *p->scratch, GRAFT__ALIGN);
   return p->scratch ? GRAFT_OK : GRAFT_ENOMEM;

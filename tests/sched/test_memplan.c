@@ -64,7 +64,7 @@ static const graft__node *node_at(const graft__plan *p, uint32_t i) {
 }
 
 static int64_t bytes_at(const graft__plan *p, uint32_t i) {
-  const graft__tview *v = &p->views[p->order[i]];
+  const graft__tview *v = graft__plan_view(p, p->order[i]);
   return v->numel * (int64_t)graft_dtype_size(v->dtype);
 }
 
@@ -200,7 +200,7 @@ static const char *ref_pair_bad(const refplan *r, uint32_t i, uint32_t j) {
     if (r->rd[e] == j) j_reads_i = 1;
     else if (!REF_BIT(aj, r->rd[e])) return "a reader of the first may run after the second is written";
   }
-  const graft__tview *vi = &p->views[p->order[i]], *vj = &p->views[p->order[j]];
+  const graft__tview *vi = graft__plan_view(p, p->order[i]), *vj = graft__plan_view(p, p->order[j]);
   if (j_reads_i && (!(graft__ops[node_at(p, j)->op].flags & GRAFT__OPF_ELEMWISE) ||
                     p->offset[p->order[i]] != p->offset[p->order[j]] ||
                     bytes_at(p, i) != bytes_at(p, j) || vi->numel != vj->numel))
@@ -1068,7 +1068,7 @@ static void test_graft__memplan__long_elementwise_chain_runs_in_place(void **sta
   assert_true(ps.inplace > 0);
   assert_int_equal(ps.inplace, CHAIN_OPS - 1);
   /* The output went straight into the caller's tensor. */
-  assert_ptr_equal(p->views[p->g->outputs[0]].data, graft_tensor_data(out));
+  assert_ptr_equal(graft__plan_view(p, p->g->outputs[0])->data, graft_tensor_data(out));
   graft_tensor_destroy(out);
   graft_tensor_destroy(x);
   graft_function_destroy(f);
