@@ -6,9 +6,10 @@
  *   naive_MiB   one 64-byte-aligned buffer per intermediate value (no reuse)
  *   load_MiB    LOAD, the most bytes live at once along the compile order:
  *               no correct plan's arena is smaller
- *   bound_MiB   bytes of a set of values that may all be live at once in
- *               some schedule the DAG allows: no parallel-safe arena is
- *               smaller (>= LOAD)
+ *   bound_MiB   the largest total size of buffers no two of which the DAG
+ *               orders (every touch of one before the other's writer): no
+ *               parallel-safe arena with these buffers is smaller (>= LOAD);
+ *               exact (a max flow) unless the graph is pathological
  *   arena_MiB   the planner's arena
  *   planner_us_per_node  the planner's time (median over --reps compiles of
  *               fresh functions) / live nodes

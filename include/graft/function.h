@@ -87,6 +87,11 @@ typedef struct graft_plan_stats {
   int planner_exact;      /* 1: reuse decided by exact reachability; 0: the
                              graph was too large (> 16384 compute nodes) and
                              only single-reader in-place chains share bytes */
+  int lanes;              /* GRAFT_MEMORY=lanes:N of the plan, 0 = parallel */
+  int64_t lane_edges;     /* ordering edges lanes added */
+  int64_t direct_assigns; /* assigns that write straight into their variable
+                             (when the call cannot fail), not copied at the
+                             end of the call */
 } graft_plan_stats;
 
 /* Create a function on rt.  desc is copied.  GRAFT_EINVAL for a NULL trace

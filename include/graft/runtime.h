@@ -15,6 +15,7 @@
  * | GRAFT_TOPOLOGY    | hwloc synthetic description, or xml:PATH      | this machine             |
  * | GRAFT_BIND        | true, false                                   | true on real topologies  |
  * | GRAFT_GRAIN       | positive integer (elements per tile)          | 32768                    |
+ * | GRAFT_MEMORY      | parallel, lanes:N (N = 1..4096)               | parallel                 |
  * | GRAFT_TRACE       | path of a Chrome trace JSON file              | off                      |
  * | GRAFT_DISPLAY_ENV | true, verbose, false                          | false                    |
  *
@@ -22,6 +23,11 @@
  * functions on one runtime may be called concurrently from different
  * threads.  graft_runtime_destroy must not race with any call that uses the
  * runtime, and every function created on it must be destroyed first.
+ *
+ * GRAFT_MEMORY=lanes:N trades parallelism for memory: every node also waits
+ * for the node N places before it in the plan's order, so at most N nodes
+ * run at once and the memory planner may reuse more (lanes:1 runs the plan
+ * in order and its arena comes close to LOAD, the sequential minimum).
  */
 #ifndef GRAFT_RUNTIME_H
 #define GRAFT_RUNTIME_H
@@ -48,6 +54,7 @@ typedef struct graft_runtime_opts {
   const char *trace_path; /* Chrome trace JSON output */
   int bind;               /* 0 unset, 1 true, -1 false */
   int64_t grain;          /* elements per tile, > 0 */
+  const char *memory;     /* "parallel", or "lanes:N" (N in 1..4096) */
 } graft_runtime_opts;
 
 GRAFT_API void graft_runtime_opts_init(graft_runtime_opts *opts);

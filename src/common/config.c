@@ -113,6 +113,18 @@ static graft_status parse_bind(const graft_runtime_opts *o, graft__config *c, ch
   return GRAFT_OK;
 }
 
+/* GRAFT_MEMORY: "parallel" or "lanes:N". */
+static graft_status parse_memory(const graft_runtime_opts *o, graft__config *c, char *msg) {
+  setting s = pick(o ? o->memory : NULL, "graft_runtime_opts.memory", "GRAFT_MEMORY");
+  c->lanes = 0;
+  if (!s.value || strcmp(s.value, "parallel") == 0) return GRAFT_OK;
+  int64_t n;
+  if (strncmp(s.value, "lanes:", 6) || parse_pos(s.value + 6, 4096, &n))
+    return bad(msg, s, "parallel, lanes:N with N in 1..4096");
+  c->lanes = (int)n;
+  return GRAFT_OK;
+}
+
 static graft_status copy_str(const char *v, char **dst) {
   if (!v) return GRAFT_OK;
   *dst = graft__strdup(v);
@@ -124,7 +136,7 @@ graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, 
   msg[0] = '\0';
   graft_status st;
   if ((st = parse_threads(o, c, msg)) || (st = parse_grain(o, c, msg)) ||
-      (st = parse_bind(o, c, msg)))
+      (st = parse_bind(o, c, msg)) || (st = parse_memory(o, c, msg)))
     return st;
 
   setting s = pick(o ? o->sched : NULL, "graft_runtime_opts.sched", "GRAFT_SCHED");

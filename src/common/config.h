@@ -24,6 +24,7 @@ typedef struct graft__config {
   char *trace_path;     /* NULL: off */
   int bind;             /* 1 true, 0 false, -1 default (true on real topologies) */
   int64_t grain;
+  int lanes;            /* GRAFT_MEMORY=lanes:N; 0 = parallel (no added edges) */
   int display_env;      /* 0 off, 1 true, 2 verbose */
 } graft__config;
 

@@ -19,6 +19,7 @@ graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reaso
     graft_status st = graft__exec_fault_hook(p->order[i], t);
     if (st != GRAFT_OK) return st;
   }
+  if (tl->n == 1 && !tl->split_r) return p->kfn[i](&k, 0, tl->units);
   if (tl->split_r) {
     int64_t r0 = tl->split_r * t / tl->n, r1 = tl->split_r * (t + 1) / tl->n;
     return graft__kernel_partial(&k, r0, r1, p->scratch + p->scratch_off[i] + 2 * t * k.out->numel);
@@ -43,9 +44,9 @@ graft_status graft__exec_seq(graft__plan *p, char *msg) {
   char reason[GRAFT__MSG_LEN];
   for (uint32_t i = 0; i < p->n_order; i++) {
     graft_status st = GRAFT_OK;
-    for (int64_t t = 0; t < p->tiling[i].n && st == GRAFT_OK; t++)
-      st = graft__exec_tile(p, i, t, reason);
-    if (st == GRAFT_OK) st = graft__exec_finish(p, i, reason);
+    int32_t n = p->tiling[i].n;
+    for (int64_t t = 0; t < n && st == GRAFT_OK; t++) st = graft__exec_tile(p, i, t, reason);
+    if (st == GRAFT_OK && p->tiling[i].split_r) st = graft__exec_finish(p, i, reason);
     if (st != GRAFT_OK) {
       graft__exec_fail_msg(p, p->order[i], reason[0] ? reason : graft_status_str(st), msg);
       return st;

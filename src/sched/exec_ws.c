@@ -16,8 +16,12 @@
  * grow only if a graph outgrows them).  Sources (nodes with no compute
  * predecessor) start on the workers of their partition part's domain.
  *
- * A team of one has no thieves: it pops without the deque's fence and
- * counts down without read-modify-write instructions. */
+ * A runtime of one thread runs the plan's order on the calling thread: the
+ * plan is numbered in exactly the order a lone worker takes (order.c), so
+ * that is the same walk without its bookkeeping.  A team that ends up with
+ * one thread anyway (or traces) runs the worker loop with no thieves: it
+ * pops without the deque's fence and counts down without read-modify-write
+ * instructions. */
 #include <omp.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -108,8 +112,9 @@ static graft_status state_get(graft__plan *p, int n, struct graft__exec_state **
   }
   graft__exec_state_destroy(p->ws);
   p->ws = NULL;
-  struct graft__exec_state *s = graft__calloc(1, sizeof *s);
+  struct graft__exec_state *s = graft__aligned_alloc(sizeof *s, 64); /* hungry's line */
   if (!s) return GRAFT_ENOMEM;
+  memset(s, 0, sizeof *s);
   size_t m = p->n_order ? p->n_order : 1;
   s->w = graft__aligned_alloc((size_t)n * sizeof *s->w, 64);
   s->pending = graft__malloc(m * sizeof *s->pending);
@@ -376,6 +381,13 @@ static const char *node_name(const void *ctx, uint32_t node) {
 
 graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) {
   if (omp_in_parallel() || omp_get_level() > 0) return graft__exec_seq(p, msg);
+  /* One worker would walk the plan in its order (order.c renumbered the
+   * plan so): run that walk without counters, deque or team.  Traces need
+   * the worker loop (it records the slices). */
+  if (rt->num_threads == 1 && !rt->trace) {
+    p->stats.steals = 0;
+    return graft__exec_seq(p, msg);
+  }
   if (p->n_order == 0) return GRAFT_OK;
   int nt = rt->num_threads;
   struct graft__exec_state *s;

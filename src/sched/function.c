@@ -319,7 +319,7 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
     }
   }
   graft__plan *p;
-  graft__plan_opts po = {f->rt->cfg.grain, graft__runtime_parts(f->rt)};
+  graft__plan_opts po = {f->rt->cfg.grain, graft__runtime_parts(f->rt), f->rt->cfg.lanes};
   graft_status st = graft__plan_compile(g, in, &po, &p, f->msg);
   if (st) return st;
   sigkey copy = {graft__malloc((size_t)(key->len ? key->len : 1) * sizeof *copy.v), key->len};
@@ -404,6 +404,21 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
    * are copied at commit, so a failure leaves the caller's tensors as they
    * were. */
   int may_fail = p->fallible || graft__exec_fault_hook != NULL;
+  /* Assigns the plan allows go straight into their variable under the same
+   * condition, unless the variable's memory is also a tensor of this call;
+   * the others write to the arena and are copied at commit. */
+  for (uint32_t k = 0; k < p->n_assigns; k++) {
+    uint32_t id = p->assigns[k];
+    graft_tensor *vt = graft__graph_node(g, id)->attr.var.var->value;
+    int dir = p->assign_direct[k] && !may_fail;
+    for (int i = 0; i < f->n_inputs && dir; i++)
+      dir = !overlaps(graft_tensor_data(vt), tensor_bytes(vt), graft_tensor_data(in[i]),
+                      tensor_bytes(in[i]));
+    for (int i = 0; i < f->n_outputs && dir; i++)
+      dir = !overlaps(graft_tensor_data(vt), tensor_bytes(vt), graft_tensor_data(dst[i]),
+                      tensor_bytes(dst[i]));
+    graft__plan_view(p, id)->data = dir ? graft_tensor_data(vt) : p->arena + p->offset[id];
+  }
   for (int i = 0; i < f->n_outputs; i++) {
     uint32_t id = g->outputs[i];
     direct[i] = !may_fail && p->offset[id] != SIZE_MAX;
@@ -434,7 +449,8 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
   for (uint32_t k = 0; k < p->n_assigns; k++) {
     const graft__node *n = graft__graph_node(g, p->assigns[k]);
     const graft__tview *v = graft__plan_view(p, p->assigns[k]);
-    if (view_bytes(v)) memcpy(graft_tensor_data(n->attr.var.var->value), v->data, view_bytes(v));
+    void *to = graft_tensor_data(n->attr.var.var->value);
+    if (view_bytes(v) && v->data != to) memcpy(to, v->data, view_bytes(v)); /* else direct */
   }
 }
 

@@ -4,13 +4,21 @@
  * and the end of the call for outputs and staged assignments) finishes
  * before the later one's writer starts.
  *
- * 1. Reachability: ancestor bitsets over the compute nodes.
+ * 1. Reachability: descendant bitsets over the compute nodes.
  * 2. In place: an elementwise node whose output has an input's shape and
  *    element size writes over that input when every other reader of the
  *    input is its ancestor.  Such chains form one buffer.
- * 3. Buffers are placed largest first at the best-fitting gap among the
- *    already placed buffers they conflict with (neither ordered after the
- *    other).
+ * 3. Buffer x is "before" y (y may take x's bytes) when x is not read after
+ *    the graph and every touch of x is an ancestor of y's first writer.
+ *    "before" is a strict partial order; two buffers conflict when neither
+ *    is before the other.  Buffers are numbered by first writer, a linear
+ *    extension of "before", and the conflicts kept as a bit matrix.
+ * 4. Placement: first fit over the already placed buffers a buffer
+ *    conflicts with, largest first, in a few tie orders (then best fit, as
+ *    time allows); the smallest arena wins and is then compacted.
+ * 5. Stats: LOAD, and the bound: the largest total size of pairwise
+ *    conflicting buffers, a maximum-weight antichain of "before", exact by a
+ *    max flow (antichain_bound).
  *
  * Above MAX_EXACT compute nodes the bitsets would not fit, so the planner
  * only merges in-place chains whose input has a single reader and gives every
@@ -21,30 +29,61 @@
 #include "sched/sched.h"
 
 #define MAX_EXACT 16384
+/* Placement passes after the first run while their scans (about nb^2 / 2
+ * pairs each) stay within this many pairs in all: at 4,400 buffers 4
+ * first-fit passes and 2 compactions, from about 8,200 on one pass. */
+#define PLACE_BUDGET (64ll << 20)
+#define COMPACT_ROUNDS 4
+/* The bound's flow stops past these (covering arcs, and Dinic's arc visits,
+ * per compute value); the bound is then the larger of the antichain the
+ * unfinished flow proves and a greedy one: a lower bound still, perhaps
+ * not the largest. */
+#define FLOW_ARCS_PER_VALUE 32
+#define FLOW_WORK_PER_VALUE 2048
 
 int graft__memplan_naive;
+/* Test-only: when > 0, the bound's flow stops after this much work (its
+ * declaration belongs next to graft__memplan_naive in sched.h). */
+int64_t graft__memplan_flow_work;
 #define ROUND(b) (((b) + GRAFT__ALIGN - 1) & ~(int64_t)(GRAFT__ALIGN - 1))
+#define FLOW_INF (INT64_MAX / 4)
 
 typedef struct buffer {
   int64_t size;        /* bytes, rounded to the alignment */
   uint32_t w0;         /* first writer (order position) */
   int sink;            /* read at the end of the call */
-  uint32_t *touch;     /* maximal touches (writers and readers) */
-  int32_t n_touch;
+  int64_t last;        /* last touch (order position; n for a sink) */
   int64_t off;
 } buffer;
 
 typedef struct mp {
   graft__plan *p;
   uint32_t n;
-  int64_t nw;          /* words per bitset */
-  uint64_t *anc;       /* n x nw: strict ancestors */
+  int64_t nw;          /* words per bitset over positions */
+  uint64_t *desc;      /* strict descendants; row i holds words i/64.. (tri_start) */
   uint32_t *root;      /* order position -> buffer root position */
   uint8_t *sink;       /* per position: value read at the end of the call */
+  buffer *buf;
+  uint32_t nb;
+  int64_t cw;          /* words per bitset over buffers */
+  uint64_t *conf;      /* 64 cw x cw: conflict matrix (conflict_matrix) */
 } mp;
 
+/* Start of row i of triangular rows over nw words, row i holding only the
+ * words from i/64 on (the bits of later positions). */
+static inline int64_t tri_start(int64_t nw, uint32_t i) {
+  int64_t b = i >> 6;
+  return 64 * (b * nw - b * (b - 1) / 2) + (int64_t)(i & 63) * (nw - b);
+}
+
+static inline const uint64_t *desc_row(const mp *m, uint32_t i) { return m->desc + tri_start(m->nw, i); }
+
 static inline int is_anc(const mp *m, uint32_t a, uint32_t of) {
-  return (m->anc[(int64_t)of * m->nw + (a >> 6)] >> (a & 63)) & 1u;
+  return of > a && ((desc_row(m, a)[(of >> 6) - (a >> 6)] >> (of & 63)) & 1u);
+}
+
+static inline int conflicts(const mp *m, uint32_t a, uint32_t b) {
+  return (m->conf[(int64_t)a * m->cw + (b >> 6)] >> (b & 63)) & 1u;
 }
 
 static int64_t value_bytes(const graft__plan *p, uint32_t i) {
@@ -52,15 +91,18 @@ static int64_t value_bytes(const graft__plan *p, uint32_t i) {
   return v->numel * (int64_t)graft_dtype_size(v->dtype);
 }
 
-static void ancestors(mp *m) {
+/* Descendant sets, from the successors in reverse order. */
+static void descendants(mp *m) {
   const graft__plan *p = m->p;
-  for (uint32_t i = 0; i < m->n; i++) {
-    uint64_t *a = m->anc + (int64_t)i * m->nw;
-    for (uint32_t e = p->pred_off[i]; e < p->pred_off[i + 1]; e++) {
-      uint32_t u = p->pred[e];
-      const uint64_t *b = m->anc + (int64_t)u * m->nw;
-      for (int64_t w = 0; w <= (int64_t)(u >> 6); w++) a[w] |= b[w];
-      a[u >> 6] |= 1ull << (u & 63);
+  for (uint32_t i = m->n; i-- > 0;) {
+    uint64_t *d = m->desc + tri_start(m->nw, i);
+    int64_t first = i >> 6;
+    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++) {
+      uint32_t s = p->succ[e];
+      const uint64_t *ds = desc_row(m, s);
+      int64_t sf = s >> 6;
+      for (int64_t w = sf; w < m->nw; w++) d[w - first] |= ds[w - sf];
+      d[sf - first] |= 1ull << (s & 63);
     }
   }
 }
@@ -71,7 +113,7 @@ static int others_precede(const mp *m, uint32_t u, uint32_t i) {
   for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++) {
     uint32_t r = p->succ[e];
     if (r == i) continue;
-    if (!m->anc || !is_anc(m, r, i)) return 0;
+    if (!m->desc || !is_anc(m, r, i)) return 0;
   }
   return 1;
 }
@@ -106,120 +148,284 @@ static uint32_t find_root(uint32_t *root, uint32_t x) {
   return x;
 }
 
-/* Collect each buffer's touches and keep the maximal ones (those that are
- * not ancestors of another touch). */
-static graft_status gather(mp *m, buffer *buf, uint32_t *bid, uint32_t nb) {
+/* ---- conflicts ------------------------------------------------------------ */
+
+/* Transpose a 64 x 64 bit block in place (bit c of a[r] <-> bit r of a[c]):
+ * swap the off-diagonal halves of ever smaller sub-blocks. */
+static void transpose64(uint64_t a[64]) {
+  uint64_t mask = 0x00000000ffffffffull;
+  for (int j = 32; j; j >>= 1, mask ^= mask << j)
+    for (int k = 0; k < 64; k = ((k | j) + 1) & ~j) {
+      uint64_t t = ((a[k] >> j) ^ a[k | j]) & mask;
+      a[k] ^= t << j;
+      a[k | j] ^= t;
+    }
+}
+
+/* The conflict matrix over buffers with bytes (row x, bit y: x and y
+ * conflict).  bd[i] holds the buffers whose first writer descends from
+ * position i, kept from the word of the first buffer written after i.  x is
+ * before a later y iff y is in bd of every touch of x; the readers of a
+ * value descend from its writer, so the touches to intersect are the
+ * readers of x's values, or a value itself when nothing reads it.  Later
+ * buffers outside that intersection conflict with x (a later buffer is
+ * never before x); the rows get those, then the matrix is made symmetric
+ * block by block. */
+static graft_status conflict_matrix(mp *m, const uint32_t *bid) {
   const graft__plan *p = m->p;
-  int64_t *cnt = graft__calloc(nb ? nb : 1, sizeof *cnt);
-  if (!cnt) return GRAFT_ENOMEM;
-  for (uint32_t i = 0; i < m->n; i++) cnt[bid[i]] += 1 + (p->succ_off[i + 1] - p->succ_off[i]);
-  for (uint32_t b = 0; b < nb; b++) {
-    buf[b].touch = graft__malloc((size_t)(cnt[b] ? cnt[b] : 1) * sizeof *buf[b].touch);
-    if (!buf[b].touch) {
-      graft__free(cnt);
-      return GRAFT_ENOMEM;
+  uint32_t n = m->n, nb = m->nb;
+  int64_t cw = m->cw = (nb + 63) / 64;
+  graft_status st = GRAFT_ENOMEM;
+  int64_t *bd_at = graft__malloc(((size_t)n + 1) * sizeof *bd_at);
+  uint64_t *with_bytes = graft__calloc((size_t)cw + 1, sizeof *with_bytes);
+  uint64_t *bd = NULL;
+  m->conf = graft__calloc((size_t)(64 * cw * cw) + 1, sizeof *m->conf);
+  if (!bd_at || !with_bytes || !m->conf) goto out;
+  /* Row i starts at the word of the first buffer with w0 > i. */
+  bd_at[0] = 0;
+  for (uint32_t i = 0, k = 0; i < n; i++) {
+    while (k < nb && m->buf[k].w0 <= i) k++;
+    bd_at[i + 1] = bd_at[i] + cw - (k >> 6);
+  }
+  bd = graft__calloc((size_t)(bd_at[n] ? bd_at[n] : 1), sizeof *bd);
+  if (!bd) goto out;
+  for (uint32_t k = 0; k < nb; k++)
+    if (m->buf[k].size) with_bytes[k >> 6] |= 1ull << (k & 63);
+#define BD_FIRST(i) (cw - (bd_at[(i) + 1] - bd_at[i]))
+  for (uint32_t i = n; i-- > 0;) {
+    uint64_t *d = bd + bd_at[i];
+    int64_t first = BD_FIRST(i);
+    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++) {
+      uint32_t s = p->succ[e], y = bid[s];
+      const uint64_t *ds = bd + bd_at[s];
+      int64_t sf = BD_FIRST(s);
+      for (int64_t w = sf; w < cw; w++) d[w - first] |= ds[w - sf];
+      if (m->buf[y].w0 == s) d[(y >> 6) - first] |= with_bytes[y >> 6] & (1ull << (y & 63));
     }
   }
-  graft__free(cnt);
-  for (uint32_t i = 0; i < m->n; i++) {
-    buffer *b = &buf[bid[i]];
-    b->touch[b->n_touch++] = i;
-    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++) b->touch[b->n_touch++] = p->succ[e];
-  }
-  if (!m->anc) return GRAFT_OK;
-  /* A touch is maximal when it is no ancestor of another touch: OR the
-   * ancestor sets of all touches once, then keep those outside the union
-   * (linear in the touches, where comparing pairs was quadratic). */
-  uint64_t *uni = graft__calloc((size_t)(m->nw ? m->nw : 1), sizeof *uni);
-  if (!uni) return GRAFT_ENOMEM;
-  for (uint32_t k = 0; k < nb; k++) {
-    buffer *b = &buf[k];
-    for (int32_t x = 0; x < b->n_touch; x++) {
-      const uint64_t *a = m->anc + (int64_t)b->touch[x] * m->nw;
-      for (int64_t w = 0; w <= (int64_t)(b->touch[x] >> 6); w++) uni[w] |= a[w];
+  /* Row x: first the buffers x is before (none for a sink), then the later
+   * ones it is not. */
+  for (uint32_t x = 0; x < nb; x++)
+    if (m->buf[x].size && !m->buf[x].sink)
+      memset(m->conf + x * cw + (x >> 6), 0xff, (size_t)(cw - (x >> 6)) * sizeof *m->conf);
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t x = bid[i], e0 = p->succ_off[i], ns = p->succ_off[i + 1] - e0, nr = 0;
+    if (!m->buf[x].size || m->buf[x].sink) continue;
+    /* touches: the readers (ordering-only successors read nothing), or the
+     * writer itself when nothing reads the value */
+    for (uint32_t q = 0; q < ns; q++) nr += graft__plan_reads(p, i, p->succ[e0 + q]);
+    uint64_t *cx = m->conf + (int64_t)x * cw;
+    for (uint32_t q = 0; q < (nr ? ns : 1); q++) {
+      if (nr && !graft__plan_reads(p, i, p->succ[e0 + q])) continue;
+      uint32_t t = nr ? p->succ[e0 + q] : i;
+      const uint64_t *d = bd + bd_at[t];
+      int64_t tf = BD_FIRST(t); /* >= x / 64: t follows x's first writer */
+      for (int64_t w = x >> 6; w < tf; w++) cx[w] = 0;
+      for (int64_t w = tf; w < cw; w++) cx[w] &= d[w - tf];
     }
-    int32_t w = 0;
-    for (int32_t x = 0; x < b->n_touch; x++) {
-      uint32_t t = b->touch[x];
-      uint64_t bit = 1ull << (t & 63);
-      if (uni[t >> 6] & bit) continue;      /* an ancestor of another touch */
-      uni[t >> 6] |= bit;                   /* keep duplicates out */
-      b->touch[w++] = t;
+  }
+  for (uint32_t x = 0; x < nb; x++) {
+    if (!m->buf[x].size) continue;
+    uint64_t *cx = m->conf + (int64_t)x * cw;
+    for (int64_t w = x >> 6; w < cw; w++) cx[w] = ~cx[w] & with_bytes[w];
+    cx[x >> 6] &= ~((2ull << (x & 63)) - 1); /* x and the buffers before it */
+  }
+#undef BD_FIRST
+  /* (rows are padded to 64 cw, so blocks need no bounds) */
+  uint64_t blk[64];
+  for (int64_t bi = 0; bi < cw; bi++)
+    for (int64_t bj = bi; bj < cw; bj++) {
+      for (int k = 0; k < 64; k++) blk[k] = m->conf[(bi * 64 + k) * cw + bj];
+      transpose64(blk);
+      for (int k = 0; k < 64; k++) m->conf[(bj * 64 + k) * cw + bi] |= blk[k];
     }
-    b->n_touch = w;
-    memset(uni, 0, (size_t)m->nw * sizeof *uni);
-  }
-  graft__free(uni);
-  return GRAFT_OK;
+  st = GRAFT_OK;
+out:
+  graft__free(bd_at);
+  graft__free(with_bytes);
+  graft__free(bd);
+  return st;
 }
 
-/* Buffer y may use x's bytes: x is finished before y's first write. */
-static int after(const mp *m, const buffer *y, const buffer *x) {
-  if (x->sink || !m->anc) return 0;
-  for (int32_t k = 0; k < x->n_touch; k++)
-    if (!is_anc(m, x->touch[k], y->w0)) return 0;
-  return 1;
-}
+/* ---- placement ------------------------------------------------------------ */
 
-static int conflict(const mp *m, const buffer *a, const buffer *b) {
-  return !after(m, a, b) && !after(m, b, a);
-}
+typedef struct placer {
+  const mp *m;
+  uint32_t *order;     /* nb: the buffers in placement order */
+  int64_t *off;        /* nb: this pass's offsets */
+  int64_t *lo, *hi;    /* nb: the placed buffers' bytes, by offset */
+  uint32_t *id;        /* nb: ... and which buffers they are */
+} placer;
 
-static const buffer *sort_buf;
-static int by_size_desc(const void *a, const void *b) {
-  const buffer *x = &sort_buf[*(const uint32_t *)a], *y = &sort_buf[*(const uint32_t *)b];
-  if (x->size != y->size) return x->size > y->size ? -1 : 1;
-  return x->w0 < y->w0 ? -1 : x->w0 > y->w0;
-}
-
-/* Best fit over the placed buffers, kept sorted by offset: the smallest gap
- * between the conflicting ones that holds size, else the end. */
-static int64_t best_fit(const mp *m, const buffer *buf, const uint32_t *placed, uint32_t np,
-                        const buffer *b) {
-  int64_t at = 0, best = -1, best_gap = INT64_MAX;
-  for (uint32_t k = 0; k < np; k++) {
-    const buffer *o = &buf[placed[k]];
-    if (!o->size || !conflict(m, b, o)) continue;
-    if (o->off - at >= b->size && o->off - at < best_gap) {
-      best = at;
-      best_gap = o->off - at;
+/* Place the buffers in pl->order, each at the lowest gap (first fit) or the
+ * smallest (best fit) between the placed buffers it conflicts with that
+ * holds it, else above them all; returns the arena size. */
+static int64_t place_pass(placer *pl, int best_fit) {
+  const mp *m = pl->m;
+  int64_t arena = 0;
+  uint32_t np = 0;
+  for (uint32_t q = 0; q < m->nb; q++) {
+    uint32_t b = pl->order[q];
+    int64_t size = m->buf[b].size, at = 0, best = -1, best_gap = INT64_MAX;
+    if (!size) {
+      pl->off[b] = 0;
+      continue;
     }
-    at = GRAFT__MAX(at, o->off + o->size);
+    const uint64_t *row = m->conf + (int64_t)b * m->cw;
+    for (uint32_t k = 0; k < np; k++) {
+      /* (branch-free: often about half the placed buffers conflict, at random) */
+      uint32_t o = pl->id[k];
+      int c = (row[o >> 6] >> (o & 63)) & 1u;
+      int64_t gap = pl->lo[k] - at;
+      int take = c & (gap >= size) & (gap < best_gap);
+      if (take && (!best_fit || gap == size)) {
+        best = at;
+        break;
+      }
+      best = take ? at : best;
+      best_gap = take ? gap : best_gap;
+      at = c && pl->hi[k] > at ? pl->hi[k] : at;
+    }
+    at = best >= 0 ? best : at;
+    pl->off[b] = at;
+    uint32_t lo = 0, hi = np;
+    while (lo < hi) {
+      uint32_t mid = (lo + hi) / 2;
+      if (pl->lo[mid] <= at) lo = mid + 1;
+      else hi = mid;
+    }
+    size_t tail = np - lo;
+    memmove(pl->lo + lo + 1, pl->lo + lo, tail * sizeof *pl->lo);
+    memmove(pl->hi + lo + 1, pl->hi + lo, tail * sizeof *pl->hi);
+    memmove(pl->id + lo + 1, pl->id + lo, tail * sizeof *pl->id);
+    pl->lo[lo] = at;
+    pl->hi[lo] = at + size;
+    pl->id[lo] = b;
+    np++;
+    arena = GRAFT__MAX(arena, at + size);
   }
-  return best >= 0 ? best : at;
+  return arena;
 }
 
-/* Insert buffer k into placed[] keeping offsets ascending. */
-static void insert_placed(const buffer *buf, uint32_t *placed, uint32_t *np, uint32_t k) {
-  uint32_t lo = 0, hi = *np;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (buf[placed[mid]].off <= buf[k].off) lo = mid + 1;
-    else hi = mid;
-  }
-  memmove(placed + lo + 1, placed + lo, (size_t)(*np - lo) * sizeof *placed);
-  placed[lo] = k;
-  (*np)++;
+typedef struct keyed {
+  int64_t key, key2;
+  uint32_t k;
+} keyed;
+
+static int by_key(const void *a, const void *b) {
+  const keyed *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  if (x->key2 != y->key2) return x->key2 < y->key2 ? -1 : 1;
+  return x->k < y->k ? -1 : x->k > y->k;
 }
 
-static void bound_stats(const mp *m, buffer *buf, const uint32_t *bid, uint32_t nb);
+/* Largest first; among equal sizes, in descending order of one of these:
+ * how many buffers b conflicts with, their bytes, b's last touch, b's
+ * span in the compile order.  The first two place the most constrained
+ * buffers first; no one order wins on every graph. */
+enum { TIE_DEGREE, TIE_WEIGHT, TIE_LAST, TIE_SPAN, TIE_COUNT };
+
+static int64_t tie_key(const mp *m, int tie, uint32_t k) {
+  const buffer *b = &m->buf[k];
+  const uint64_t *row = m->conf + (int64_t)k * m->cw;
+  int64_t s = 0;
+  switch (tie) {
+  case TIE_DEGREE:
+    for (int64_t w = 0; w < m->cw; w++) s += __builtin_popcountll(row[w]);
+    return -s;
+  case TIE_WEIGHT:
+    for (int64_t w = 0; w < m->cw; w++)
+      for (uint64_t bits = row[w]; bits; bits &= bits - 1) s += m->buf[w * 64 + __builtin_ctzll(bits)].size;
+    return -s;
+  case TIE_LAST: return -b->last;
+  default: return -(b->last - b->w0);
+  }
+}
+
+/* pl->order: the buffers by (key, key2, first writer). */
+static void order_by(placer *pl, keyed *tmp) {
+  uint32_t nb = pl->m->nb;
+  qsort(tmp, nb, sizeof *tmp, by_key);
+  for (uint32_t k = 0; k < nb; k++) pl->order[k] = tmp[k].k;
+}
+
+/* Offsets for every buffer into m->buf[].off; the arena size in *arena. */
+static graft_status place(mp *m, int64_t *arena) {
+  uint32_t nb = m->nb;
+  placer pl = {m, NULL, NULL, NULL, NULL, NULL};
+  size_t n1 = nb ? nb : 1;
+  pl.order = graft__malloc(n1 * sizeof *pl.order);
+  pl.off = graft__malloc(n1 * sizeof *pl.off);
+  pl.lo = graft__malloc(n1 * sizeof *pl.lo);
+  pl.hi = graft__malloc(n1 * sizeof *pl.hi);
+  pl.id = graft__malloc(n1 * sizeof *pl.id);
+  keyed *tmp = graft__malloc(n1 * sizeof *tmp);
+  graft_status st = GRAFT_ENOMEM;
+  if (!pl.order || !pl.off || !pl.lo || !pl.hi || !pl.id || !tmp) goto out;
+  int64_t best = INT64_MAX, scans = 0, per_pass = (int64_t)nb * nb / 2;
+  /* First fit in every tie order, then best fit; a quarter of the budget
+   * is left to compaction. */
+  for (int pass = 0; pass < 2 * TIE_COUNT && (!pass || scans + per_pass <= PLACE_BUDGET / 4 * 3); pass++) {
+    int tie = pass % TIE_COUNT;
+    for (uint32_t k = 0; k < nb; k++) tmp[k] = (keyed){-m->buf[k].size, tie_key(m, tie, k), k};
+    order_by(&pl, tmp);
+    int64_t a = place_pass(&pl, pass >= TIE_COUNT);
+    scans += per_pass;
+    if (a < best) {
+      best = a;
+      for (uint32_t k = 0; k < nb; k++) m->buf[k].off = pl.off[k];
+    }
+  }
+  /* Compaction: first fit in the order of the kept offsets moves no buffer
+   * up (the conflicting ones placed before it sit no higher than they did,
+   * so its old bytes are still free); stop when nothing moves. */
+  for (int round = 0; round < COMPACT_ROUNDS && scans + per_pass <= PLACE_BUDGET; round++) {
+    for (uint32_t k = 0; k < nb; k++) tmp[k] = (keyed){m->buf[k].off, 0, k};
+    order_by(&pl, tmp);
+    best = place_pass(&pl, 0);
+    scans += per_pass;
+    int moved = 0;
+    for (uint32_t k = 0; k < nb; k++) {
+      moved |= pl.off[k] != m->buf[k].off;
+      m->buf[k].off = pl.off[k];
+    }
+    if (!moved) break;
+  }
+  *arena = nb ? best : 0;
+  st = GRAFT_OK;
+out:
+  graft__free(pl.order);
+  graft__free(pl.off);
+  graft__free(pl.lo);
+  graft__free(pl.hi);
+  graft__free(pl.id);
+  graft__free(tmp);
+  return st;
+}
+
+static int64_t antichain_bound(const mp *m, int *done);
+static void bound_stats(mp *m, int64_t flow, int flow_done);
 
 graft_status graft__memplan(graft__plan *p) {
   double t0 = graft__now_us();
-  mp m = {p, p->n_order, 0, NULL, NULL, NULL};
+  mp m;
+  memset(&m, 0, sizeof m);
+  m.p = p;
+  m.n = p->n_order;
   uint32_t n = m.n;
   graft_status st = GRAFT_ENOMEM;
-  buffer *buf = NULL;
-  uint32_t *bid = NULL, *idx = NULL, *placed = NULL;
+  uint32_t *bid = NULL;
   m.root = graft__malloc((n ? n : 1) * sizeof *m.root);
   m.sink = graft__calloc(n ? n : 1, 1);
   bid = graft__malloc((n ? n : 1) * sizeof *bid);
   if (!m.root || !m.sink || !bid) goto out;
-  if (n <= MAX_EXACT) {
+  int exact = n <= MAX_EXACT;
+  if (exact) {
     m.nw = (n + 63) / 64;
-    m.anc = graft__calloc((size_t)n * (size_t)(m.nw ? m.nw : 1), sizeof *m.anc);
-    if (!m.anc) goto out;
-    ancestors(&m);
+    int64_t words = tri_start(m.nw, n);
+    m.desc = graft__calloc((size_t)(words ? words : 1), sizeof *m.desc);
+    if (!m.desc) goto out;
+    descendants(&m);
   }
   /* Outputs and staged assignments are read after the graph. */
   for (uint32_t i = 0; i < n; i++) {
@@ -240,93 +446,314 @@ graft_status graft__memplan(graft__plan *p) {
     m.root[i] = find_root(m.root, u);
     inplace++;
   }
+  graft__free(m.desc);
+  m.desc = NULL;
+  /* Buffers numbered by first writer (their root, the chain's first value). */
   uint32_t nb = 0;
   for (uint32_t i = 0; i < n; i++) bid[i] = find_root(m.root, i) == i ? nb++ : UINT32_MAX;
   for (uint32_t i = 0; i < n; i++) bid[i] = bid[find_root(m.root, i)];
-  buf = graft__calloc(nb ? nb : 1, sizeof *buf);
-  idx = graft__malloc((nb ? nb : 1) * sizeof *idx);
-  placed = graft__malloc((nb ? nb : 1) * sizeof *placed);
-  if (!buf || !idx || !placed) goto out;
+  m.nb = nb;
+  m.buf = graft__calloc(nb ? nb : 1, sizeof *m.buf);
+  if (!m.buf) goto out;
   for (uint32_t i = 0; i < n; i++) {
-    buffer *b = &buf[bid[i]];
+    buffer *b = &m.buf[bid[i]];
     if (find_root(m.root, i) == i) b->w0 = i;
     b->size = GRAFT__MAX(b->size, ROUND(value_bytes(p, i)));
     b->sink |= m.sink[i];
+    b->last = GRAFT__MAX(b->last, (int64_t)i);
+    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
+      if (graft__plan_reads(p, i, p->succ[e])) b->last = GRAFT__MAX(b->last, (int64_t)p->succ[e]);
   }
-  if (gather(&m, buf, bid, nb)) goto out;
+  for (uint32_t k = 0; k < nb; k++)
+    if (m.buf[k].sink) m.buf[k].last = n;
+  int flow_done = 0;
+  int64_t flow = -1;
+  if (exact) {
+    if (conflict_matrix(&m, bid)) goto out;
+    flow = antichain_bound(&m, &flow_done);
+  }
 
-  for (uint32_t k = 0; k < nb; k++) idx[k] = k;
-  sort_buf = buf;
-  qsort(idx, nb, sizeof *idx, by_size_desc);
   int64_t arena = 0;
-  uint32_t np = 0;
-  for (uint32_t k = 0; k < nb; k++) {
-    buffer *b = &buf[idx[k]];
-    if (m.anc && !graft__memplan_naive)
-      b->off = b->size ? best_fit(&m, buf, placed, np, b) : 0;
-    else
-      b->off = arena; /* no reachability: no sharing */
-    insert_placed(buf, placed, &np, idx[k]);
-    arena = GRAFT__MAX(arena, b->off + b->size);
+  if (exact && !graft__memplan_naive) {
+    if (place(&m, &arena)) goto out;
+  } else {
+    for (uint32_t k = 0; k < nb; k++) { /* no reachability: no sharing */
+      m.buf[k].off = arena;
+      arena += m.buf[k].size;
+    }
   }
-  for (uint32_t i = 0; i < n; i++) p->offset[p->order[i]] = (size_t)buf[bid[i]].off;
+  for (uint32_t i = 0; i < n; i++) p->offset[p->order[i]] = (size_t)m.buf[bid[i]].off;
   p->arena_bytes = (size_t)arena;
   p->stats.inplace = inplace;
-  p->stats.planner_exact = m.anc != NULL;
-  bound_stats(&m, buf, bid, nb);
+  p->stats.planner_exact = exact;
+  bound_stats(&m, flow, flow_done);
   p->stats.planner_us = graft__now_us() - t0;
   st = GRAFT_OK;
 out:
-  if (buf)
-    for (uint32_t k = 0; k < nb; k++) graft__free(buf[k].touch);
-  graft__free(buf);
+  graft__free(m.buf);
   graft__free(bid);
-  graft__free(idx);
-  graft__free(placed);
-  graft__free(m.anc);
+  graft__free(m.desc);
+  graft__free(m.conf);
   graft__free(m.root);
   graft__free(m.sink);
   return st;
+}
+
+/* ---- the bound ------------------------------------------------------------ */
+
+/* A flow network in CSR form: arc a runs from its tail to head[a] with
+ * residual capacity cap[a]; rev[a] is its reverse. */
+typedef struct flownet {
+  uint32_t nv;
+  int64_t na;
+  int64_t *first;      /* nv + 1 */
+  uint32_t *head;
+  int64_t *rev;
+  int64_t *cap;
+  int64_t *cur;        /* nv: Dinic's current arc */
+  int32_t *level;      /* nv */
+  uint32_t *queue;     /* nv */
+  int64_t *path;       /* nv: arcs of the DFS path */
+  int64_t work, work_max;
+} flownet;
+
+/* The arcs before the CSR, at most max_n of them. */
+typedef struct arc {
+  uint32_t tail, head;
+  int64_t cap;
+} arc;
+
+typedef struct arcs {
+  arc *a;
+  int64_t n, cap, max_n;
+} arcs;
+
+static int arc_add(arcs *a, uint32_t t, uint32_t h, int64_t cap) {
+  if (a->n == a->max_n || graft__grow((void **)&a->a, &a->cap, a->n + 1, sizeof *a->a)) return -1;
+  a->a[a->n++] = (arc){t, h, cap};
+  return 0;
+}
+
+static void flownet_free(flownet *f) {
+  graft__free(f->first);
+  graft__free(f->head);
+  graft__free(f->rev);
+  graft__free(f->cap);
+  graft__free(f->cur);
+  graft__free(f->level);
+  graft__free(f->queue);
+  graft__free(f->path);
+}
+
+static graft_status flownet_build(flownet *f, uint32_t nv, const arcs *a) {
+  memset(f, 0, sizeof *f);
+  f->nv = nv;
+  f->na = 2 * a->n;
+  size_t na1 = (size_t)(f->na ? f->na : 1);
+  f->first = graft__calloc((size_t)nv + 1, sizeof *f->first);
+  f->head = graft__malloc(na1 * sizeof *f->head);
+  f->rev = graft__malloc(na1 * sizeof *f->rev);
+  f->cap = graft__malloc(na1 * sizeof *f->cap);
+  f->cur = graft__malloc((size_t)nv * sizeof *f->cur);
+  f->level = graft__malloc((size_t)nv * sizeof *f->level);
+  f->queue = graft__malloc((size_t)nv * sizeof *f->queue);
+  f->path = graft__malloc((size_t)nv * sizeof *f->path);
+  if (!f->first || !f->head || !f->rev || !f->cap || !f->cur || !f->level || !f->queue || !f->path)
+    return GRAFT_ENOMEM;
+  for (int64_t e = 0; e < a->n; e++) {
+    f->first[a->a[e].tail + 1]++;
+    f->first[a->a[e].head + 1]++;
+  }
+  for (uint32_t v = 0; v < nv; v++) f->first[v + 1] += f->first[v];
+  memcpy(f->cur, f->first, (size_t)nv * sizeof *f->cur);
+  for (int64_t e = 0; e < a->n; e++) {
+    const arc *c = &a->a[e];
+    int64_t x = f->cur[c->tail]++, y = f->cur[c->head]++;
+    f->head[x] = c->head;
+    f->cap[x] = c->cap;
+    f->rev[x] = y;
+    f->head[y] = c->tail;
+    f->cap[y] = 0;
+    f->rev[y] = x;
+  }
+  return GRAFT_OK;
+}
+
+/* Levels from s over arcs with residual capacity; 1 if t is reached. */
+static int flow_levels(flownet *f, uint32_t s, uint32_t t) {
+  for (uint32_t v = 0; v < f->nv; v++) f->level[v] = -1;
+  uint32_t qh = 0, qt = 0;
+  f->level[s] = 0;
+  f->queue[qt++] = s;
+  while (qh < qt) {
+    uint32_t u = f->queue[qh++];
+    for (int64_t a = f->first[u]; a < f->first[u + 1]; a++) {
+      uint32_t v = f->head[a];
+      if (f->cap[a] > 0 && f->level[v] < 0) {
+        f->level[v] = f->level[u] + 1;
+        f->queue[qt++] = v;
+      }
+    }
+    f->work += f->first[u + 1] - f->first[u];
+  }
+  return f->level[t] >= 0;
+}
+
+/* A blocking flow along the levels (Dinic) by an iterative DFS; returns the
+ * flow it adds.  Stops early when the work runs out. */
+static int64_t flow_block(flownet *f, uint32_t s, uint32_t t) {
+  int64_t total = 0;
+  uint32_t depth = 0, u = s;
+  memcpy(f->cur, f->first, (size_t)f->nv * sizeof *f->cur);
+  while (f->work < f->work_max) {
+    if (u == t) {
+      int64_t push = FLOW_INF;
+      for (uint32_t k = 0; k < depth; k++) push = GRAFT__MIN(push, f->cap[f->path[k]]);
+      uint32_t cut = depth;
+      for (uint32_t k = 0; k < depth; k++) {
+        int64_t a = f->path[k];
+        f->cap[a] -= push;
+        f->cap[f->rev[a]] += push;
+        if (cut == depth && !f->cap[a]) cut = k;
+      }
+      f->work += depth;
+      total += push;
+      depth = cut; /* back to the tail of the first saturated arc */
+      u = depth ? f->head[f->path[depth - 1]] : s;
+      continue;
+    }
+    int64_t a = f->cur[u];
+    for (; a < f->first[u + 1]; a++)
+      if (f->cap[a] > 0 && f->level[f->head[a]] == f->level[u] + 1) break;
+    f->work += a - f->cur[u] + 1;
+    f->cur[u] = a;
+    if (a < f->first[u + 1]) {
+      f->path[depth++] = a;
+      u = f->head[a];
+      continue;
+    }
+    f->level[u] = -1; /* a dead end for the rest of this phase */
+    if (!depth) break;
+    depth--;
+    u = depth ? f->head[f->path[depth - 1]] : s;
+    f->cur[u]++;
+  }
+  return total;
+}
+
+/* The covering pairs of "before" (x before y, nothing between) as arcs
+ * out(x) -> in(y): the buffers after x in first-writer order (a linear
+ * extension) that x is before and that no earlier such buffer is before.
+ * -1 past a->max_n arcs or without memory. */
+static int covering_arcs(const mp *m, arcs *a) {
+  uint32_t nb = m->nb;
+  int64_t cw = m->cw;
+  int rc = -1;
+  uint64_t *covered = graft__malloc((size_t)(cw ? cw : 1) * sizeof *covered);
+  uint64_t *later = graft__calloc((size_t)(cw ? cw : 1), sizeof *later);
+  if (!covered || !later) goto out;
+  for (uint32_t k = 0; k < nb; k++)
+    if (m->buf[k].size) later[k >> 6] |= 1ull << (k & 63);
+  for (uint32_t x = 0; x < nb; x++) {
+    later[x >> 6] &= ~(1ull << (x & 63)); /* later: the buffers with bytes after x */
+    if (!m->buf[x].size) continue;
+    const uint64_t *cx = m->conf + (int64_t)x * cw;
+    int64_t x0 = x >> 6;
+    memset(covered + x0, 0, (size_t)(cw - x0) * sizeof *covered);
+    for (int64_t w = x0; w < cw; w++) {
+      uint64_t bits;
+      while ((bits = later[w] & ~cx[w] & ~covered[w])) {
+        uint32_t y = (uint32_t)(w * 64 + __builtin_ctzll(bits));
+        if (arc_add(a, 2 + 2 * x, 3 + 2 * y, FLOW_INF)) goto out;
+        covered[w] |= 1ull << (y & 63);
+        const uint64_t *cy = m->conf + (int64_t)y * cw;
+        for (int64_t v = w; v < cw; v++) covered[v] |= later[v] & ~cy[v];
+      }
+    }
+  }
+  rc = 0;
+out:
+  graft__free(covered);
+  graft__free(later);
+  return rc;
+}
+
+/* The largest total size of pairwise conflicting buffers, a maximum-weight
+ * antichain of "before", as weighted Dilworth gives it.  The network: s ->
+ * out(x) of capacity size(x), in(y) -> t of capacity size(y), unbounded
+ * arcs out(x) -> in(y) for the covering pairs and in(y) -> out(y), so that
+ * an unbounded path out(x) ~> in(y) exists exactly when x is before y.  A
+ * finite cut is a set X of outs and Y of ins meeting every such pair; the
+ * buffers in neither form an antichain, so the min cut is at least the
+ * total size less the max antichain, and for a maximal antichain Z, X =
+ * below Z and Y = above Z is a cut of exactly total - Z.  After the flow,
+ * the buffers whose out s still reaches and whose in it does not are an
+ * antichain (no unbounded path leads from one's out to another's in, and
+ * in -> out keeps them apart), of weight total - flow when the flow is
+ * maximal; an unfinished flow still yields an antichain.
+ * Returns its weight, or -1 when the network is too large or memory short;
+ * *done says whether the flow finished (the weight is then the maximum). */
+static int64_t antichain_bound(const mp *m, int *done) {
+  uint32_t nb = m->nb, nv = 2 + 2 * nb, s = 0, t = 1;
+  int64_t bound = -1, total = 0, flow = 0;
+  *done = 0;
+  arcs a = {NULL, 0, 0, 3 * (int64_t)nb + FLOW_ARCS_PER_VALUE * ((int64_t)m->n + 64)};
+  flownet f;
+  memset(&f, 0, sizeof f);
+  for (uint32_t x = 0; x < nb; x++) {
+    const buffer *b = &m->buf[x];
+    if (!b->size) continue;
+    total += b->size;
+    if (arc_add(&a, s, 2 + 2 * x, b->size) || arc_add(&a, 3 + 2 * x, t, b->size) ||
+        arc_add(&a, 3 + 2 * x, 2 + 2 * x, FLOW_INF))
+      goto out;
+  }
+  if (covering_arcs(m, &a) || flownet_build(&f, nv, &a)) goto out;
+  f.work_max = graft__memplan_flow_work > 0 ? graft__memplan_flow_work
+                                           : FLOW_WORK_PER_VALUE * ((int64_t)m->n + 64);
+  while (f.work < f.work_max && flow_levels(&f, s, t)) flow += flow_block(&f, s, t);
+  /* level[] >= 0: what s reaches over arcs with residual capacity */
+  *done = !flow_levels(&f, s, t);
+  bound = 0;
+  for (uint32_t x = 0; x < nb; x++)
+    if (m->buf[x].size && f.level[2 + 2 * x] >= 0 && f.level[3 + 2 * x] < 0) bound += m->buf[x].size;
+  if (*done && bound != total - flow) { /* cannot happen: distrust the flow */
+    *done = 0;
+    bound = -1;
+  }
+out:
+  graft__free(a.a);
+  flownet_free(&f);
+  return bound;
 }
 
 /* naive, LOAD and the parallel-safe bound.
  * LOAD: max bytes of buffers live at once along the compile order.  The
  * buffers live at one step of a valid schedule conflict pairwise, so LOAD is
  * a lower bound of any correct arena; so is the weight of any set of
- * pairwise conflicting buffers (an antichain of "after"): the bound starts
- * from the LOAD peak set and greedily adds every buffer that conflicts with
- * all members, largest first. */
-static void bound_stats(const mp *m, buffer *buf, const uint32_t *bid, uint32_t nb) {
+ * pairwise conflicting buffers (an antichain of "before").  The bound is the
+ * largest such weight (antichain_bound); where that flow did not finish,
+ * the larger of what it found and a greedy set: the LOAD peak set plus
+ * every buffer that conflicts with all members, largest first. */
+static void bound_stats(mp *m, int64_t flow, int flow_done) {
   graft__plan *p = m->p;
-  uint32_t n = m->n;
+  const buffer *buf = m->buf;
+  uint32_t n = m->n, nb = m->nb;
   int64_t naive = 0;
   for (uint32_t i = 0; i < n; i++) naive += ROUND(value_bytes(p, i));
   p->stats.naive_bytes = naive;
-  /* Live range of a buffer in the compile order: [first touch, last touch],
-   * the end of the order for sinks. */
-  int64_t *first = graft__malloc((nb ? nb : 1) * sizeof *first);
-  int64_t *last = graft__malloc((nb ? nb : 1) * sizeof *last);
-  uint8_t *in = graft__calloc(nb ? nb : 1, 1);
-  if (!first || !last || !in) goto out;
-  for (uint32_t b = 0; b < nb; b++) {
-    first[b] = INT64_MAX;
-    last[b] = buf[b].sink ? (int64_t)n : -1;
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t b = bid[i];
-    first[b] = GRAFT__MIN(first[b], (int64_t)i);
-    last[b] = GRAFT__MAX(last[b], (int64_t)i);
-    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
-      last[b] = GRAFT__MAX(last[b], (int64_t)p->succ[e]);
-  }
-  /* Sweep: +size at first, -size after last. */
-  int64_t peak = 0, peak_at = 0, cur = 0;
+  /* Live range of a buffer in the compile order: [first writer, last
+   * touch], the end of the order for sinks. */
   int64_t *delta = graft__calloc((size_t)n + 2, sizeof *delta);
+  uint32_t *members = NULL;
+  keyed *tmp = NULL;
   if (!delta) goto out;
   for (uint32_t b = 0; b < nb; b++) {
-    delta[first[b]] += buf[b].size;
-    delta[last[b] + 1] -= buf[b].size;
+    delta[buf[b].w0] += buf[b].size;
+    delta[buf[b].last + 1] -= buf[b].size;
   }
+  /* Sweep: +size at the first writer, -size after the last touch. */
+  int64_t peak = 0, peak_at = 0, cur = 0;
   for (uint32_t i = 0; i <= n; i++) {
     cur += delta[i];
     if (cur > peak) {
@@ -334,44 +761,33 @@ static void bound_stats(const mp *m, buffer *buf, const uint32_t *bid, uint32_t 
       peak_at = i;
     }
   }
-  graft__free(delta);
   p->stats.load_bytes = peak;
+  p->stats.bound_bytes = GRAFT__MAX(peak, flow);
+  if (!m->conf || flow_done) goto out;
+  members = graft__malloc((nb ? nb : 1) * sizeof *members);
+  tmp = graft__malloc((nb ? nb : 1) * sizeof *tmp);
+  if (!members || !tmp) goto out;
   int64_t bound = 0;
-  uint32_t *members = graft__malloc((nb ? nb : 1) * sizeof *members);
   uint32_t nm = 0;
-  if (!members) {
-    p->stats.bound_bytes = peak;
-    goto out;
-  }
-  for (uint32_t b = 0; b < nb; b++)
-    if (first[b] <= peak_at && last[b] >= peak_at) {
-      in[b] = 1;
+  for (uint32_t b = 0; b < nb; b++) {
+    tmp[b] = (keyed){-buf[b].size, 0, b};
+    if (buf[b].size && buf[b].w0 <= peak_at && buf[b].last >= peak_at) {
       members[nm++] = b;
       bound += buf[b].size;
     }
-  if (m->anc) {
-    uint32_t *order = graft__malloc((nb ? nb : 1) * sizeof *order);
-    if (order) {
-      for (uint32_t k = 0; k < nb; k++) order[k] = k;
-      sort_buf = buf;
-      qsort(order, nb, sizeof *order, by_size_desc);
-      for (uint32_t k = 0; k < nb; k++) {
-        uint32_t b = order[k];
-        if (in[b] || !buf[b].size) continue;
-        int ok = 1;
-        for (uint32_t j = 0; j < nm && ok; j++) ok = conflict(m, &buf[b], &buf[members[j]]);
-        if (!ok) continue;
-        in[b] = 1;
-        members[nm++] = b;
-        bound += buf[b].size;
-      }
-      graft__free(order);
-    }
   }
-  p->stats.bound_bytes = bound;
-  graft__free(members);
+  qsort(tmp, nb, sizeof *tmp, by_key);
+  for (uint32_t k = 0; k < nb; k++) {
+    uint32_t b = tmp[k].k;
+    int ok = buf[b].size > 0;
+    for (uint32_t j = 0; j < nm && ok; j++) ok = b != members[j] && conflicts(m, b, members[j]);
+    if (!ok) continue;
+    members[nm++] = b;
+    bound += buf[b].size;
+  }
+  p->stats.bound_bytes = GRAFT__MAX(p->stats.bound_bytes, bound);
 out:
-  graft__free(first);
-  graft__free(last);
-  graft__free(in);
+  graft__free(delta);
+  graft__free(members);
+  graft__free(tmp);
 }

@@ -1,6 +1,7 @@
 /* Compile a graph for one concrete signature: prune, bind symbols, infer
  * concrete shapes, lay out the arena (one slot per intermediate value until
  * the memory planner lands), prepare kernel arguments. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched/sched.h"
@@ -18,6 +19,8 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->kfn);
   graft__free(p->var_reads);
   graft__free(p->assigns);
+  graft__free(p->assign_direct);
+  graft__free(p->war);
   graft__free(p->binding);
   graft__free(p->offset);
   graft__free(p->arena);
@@ -131,6 +134,7 @@ static graft_status layout(graft__plan *p) {
   return GRAFT_OK;
 }
 
+
 static void unlink_plan(graft__plan *p) {
   graft__free(p->succ_off);
   graft__free(p->succ);
@@ -143,6 +147,123 @@ static void unlink_plan(graft__plan *p) {
 }
 
 static graft_status link(graft__plan *p);
+
+static int by_assign(const void *a, const void *b) {
+  const uint32_t *x = a, *y = b;
+  return x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Assigns that may write straight into their variable (see sched.h), and
+ * the ordering edges that make it safe.  Needs the successor lists of a
+ * first link.  Each candidate costs a walk of the graph, so very large
+ * plans with many assigns keep them all staged. */
+static graft_status find_direct_assigns(graft__plan *p) {
+  const graft__graph *g = p->g;
+  uint32_t n = p->n_order, na = p->n_assigns;
+  p->assign_direct = graft__calloc(na ? na : 1, 1);
+  if (!p->assign_direct) return GRAFT_ENOMEM;
+  if (!na || (uint64_t)na * ((uint64_t)n + p->succ_off[n]) > 50000000u) return GRAFT_OK;
+  uint32_t *pos = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
+  uint32_t *mark = graft__calloc(n ? n : 1, sizeof *mark);
+  uint32_t *stack = graft__malloc((n ? n : 1) * sizeof *stack);
+  /* Edges accepted so far, from each reader: later candidates must not
+   * close a cycle through them (two assigns swapping two variables). */
+  uint32_t *whead = graft__malloc((n ? n : 1) * sizeof *whead), *wlink = NULL;
+  graft_status st = GRAFT_ENOMEM;
+  if (!pos || !mark || !stack || !whead) goto out;
+  for (uint32_t id = 0; id < g->n_nodes; id++) pos[id] = UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++) {
+    pos[p->order[i]] = i;
+    whead[i] = UINT32_MAX;
+  }
+  int64_t cap = 0, lcap = 0;
+  for (uint32_t k = 0; k < na; k++) {
+    uint32_t a = p->assigns[k];
+    const graft_variable *v = graft__graph_node(g, a)->attr.var.var;
+    int ok = pos[a] != UINT32_MAX;
+    for (uint32_t j = 0; j < na && ok; j++)
+      ok = j == k || graft__graph_node(g, p->assigns[j])->attr.var.var != v;
+    for (int j = 0; j < g->n_outputs && ok; j++) {
+      const graft__node *o = graft__graph_node(g, g->outputs[j]);
+      ok = !(o->op == GRAFT__OP_VAR_READ && o->attr.var.var == v);
+    }
+    if (!ok) continue;
+    /* Descendants of the assign (mark == k + 1) must not read the old value. */
+    uint32_t top = 0;
+    stack[top++] = pos[a];
+    mark[pos[a]] = k + 1;
+    while (top) {
+      uint32_t u = stack[--top];
+      for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++)
+        if (mark[p->succ[e]] != k + 1) {
+          mark[p->succ[e]] = k + 1;
+          stack[top++] = p->succ[e];
+        }
+      for (uint32_t w = whead[u]; w != UINT32_MAX; w = wlink[w]) {
+        uint32_t s = pos[p->war[2 * w + 1]];
+        if (mark[s] != k + 1) {
+          mark[s] = k + 1;
+          stack[top++] = s;
+        }
+      }
+    }
+    int64_t first = p->n_war;
+    for (uint32_t i = 0; i < n && ok; i++) {
+      const graft__node *c = graft__graph_node(g, p->order[i]);
+      for (int j = 0; j < c->n_in && ok; j++) {
+        const graft__node *r = graft__graph_node(g, c->in[j]);
+        if (r->op != GRAFT__OP_VAR_READ || r->attr.var.var != v || i == pos[a]) continue;
+        ok = mark[i] != k + 1;
+        if (ok) {
+          if (graft__grow((void **)&p->war, &cap, 2 * ((int64_t)p->n_war + 1), sizeof *p->war))
+            goto out;
+          p->war[2 * p->n_war] = p->order[i];
+          p->war[2 * p->n_war + 1] = a;
+          p->n_war++;
+        }
+      }
+    }
+    if (!ok) {
+      p->n_war = (uint32_t)first;
+      continue;
+    }
+    p->assign_direct[k] = 1;
+    p->stats.direct_assigns++;
+    if (graft__grow((void **)&wlink, &lcap, p->n_war, sizeof *wlink)) goto out;
+    for (uint32_t w = (uint32_t)first; w < p->n_war; w++) {
+      uint32_t r = pos[p->war[2 * w]];
+      wlink[w] = whead[r];
+      whead[r] = w;
+    }
+  }
+  if (p->n_war) {
+    /* A node reading the variable twice waits once. */
+    qsort(p->war, p->n_war, 2 * sizeof *p->war, by_assign);
+    uint32_t m = 1;
+    for (uint32_t w = 1; w < p->n_war; w++)
+      if (p->war[2 * w] != p->war[2 * (m - 1)] || p->war[2 * w + 1] != p->war[2 * (m - 1) + 1]) {
+        p->war[2 * m] = p->war[2 * w];
+        p->war[2 * m + 1] = p->war[2 * w + 1];
+        m++;
+      }
+    p->n_war = m;
+  }
+  st = GRAFT_OK;
+out:
+  graft__free(pos);
+  graft__free(mark);
+  graft__free(stack);
+  graft__free(whead);
+  graft__free(wlink);
+  if (st == GRAFT_OK && p->n_war) {
+    /* Link again with the new edges: they may point backwards in the
+     * trace's order, and reorder's walk must see them. */
+    unlink_plan(p);
+    p->extra_edges = 1;
+    st = link(p);
+  }
+  return st;
+}
 
 /* Renumber the compute nodes in the order one worker runs them (order.c),
  * and store the views in that order, compute nodes first. */
@@ -157,7 +278,9 @@ static graft_status reorder(graft__plan *p) {
     same &= seq[i] == i;
     seq[i] = p->order[seq[i]];
   }
-  if (!st && !same) {
+  p->lanes = p->stats.lanes;
+  p->extra_edges = p->lanes || p->n_war;
+  if (!st && (!same || p->extra_edges)) {
     memcpy(p->order, seq, (n ? n : 1) * sizeof *seq);
     unlink_plan(p);
     st = link(p);
@@ -242,8 +365,22 @@ static graft_status group_successors(graft__plan *p) {
   return GRAFT_OK;
 }
 
+/* The first war pair of assign id a (n_war if none). */
+static uint32_t war_first(const graft__plan *p, uint32_t a) {
+  uint32_t lo = 0, hi = p->n_war;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (p->war[2 * mid + 1] < a)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 /* Successor lists over order positions, and each node's count of distinct
- * compute predecessors (a node reading one value twice waits for it once). */
+ * compute predecessors (a node reading one value twice waits for it once),
+ * with the ordering edges of GRAFT_MEMORY=lanes:N. */
 static graft_status link(graft__plan *p) {
   const graft__graph *g = p->g;
   uint32_t n = p->n_order;
@@ -266,13 +403,37 @@ static graft_status link(graft__plan *p) {
       }
       memcpy(fill, p->succ_off, (n ? n : 1) * sizeof *fill);
     }
+    p->stats.lane_edges = 0;
     for (uint32_t i = 0; i < n; i++) {
       const graft__node *nd = graft__graph_node(g, p->order[i]);
-      for (int j = 0; j < nd->n_in; j++) {
-        uint32_t u = pos[nd->in[j]];
+      /* Inputs, then (lanes) the node lanes places earlier, once each. */
+      for (int j = 0; j <= nd->n_in; j++) {
+        uint32_t u;
         int dup = 0;
-        for (int k = 0; k < j && !dup; k++) dup = nd->in[k] == nd->in[j];
+        if (j < nd->n_in) {
+          u = pos[nd->in[j]];
+          for (int k = 0; k < j && !dup; k++) dup = nd->in[k] == nd->in[j];
+        } else {
+          if (!p->lanes || i < (uint32_t)p->lanes) break;
+          u = i - (uint32_t)p->lanes;
+          for (int k = 0; k < nd->n_in && !dup; k++) dup = pos[nd->in[k]] == u;
+          p->stats.lane_edges += !dup;
+        }
         if (u == UINT32_MAX || dup) continue;
+        if (pass == 0) {
+          p->succ_off[u + 1]++;
+          p->npred[i]++;
+        } else {
+          p->succ[fill[u]++] = i;
+        }
+      }
+      /* Readers of a variable before its direct assign (war pairs). */
+      for (uint32_t w = war_first(p, p->order[i]); w < p->n_war && p->war[2 * w + 1] == p->order[i];
+           w++) {
+        uint32_t u = pos[p->war[2 * w]];
+        int dup = u == i - (uint32_t)p->lanes && p->lanes && i >= (uint32_t)p->lanes;
+        for (int k = 0; k < nd->n_in && !dup; k++) dup = pos[nd->in[k]] == u;
+        if (dup) continue;
         if (pass == 0) {
           p->succ_off[u + 1]++;
           p->npred[i]++;
@@ -321,6 +482,7 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
   graft__plan *p = graft__calloc(1, sizeof *p);
   if (!p) goto nomem;
   p->g = g;
+  p->stats.lanes = opts->lanes; /* p->lanes joins once the order is final */
   size_t n = g->n_nodes ? g->n_nodes : 1;
   p->live = graft__malloc(n);
   p->order = graft__malloc(n * sizeof *p->order);
@@ -340,7 +502,7 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
     graft__plan_destroy(p);
     return st;
   }
-  if (layout(p) || link(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
+  if (layout(p) || link(p) || find_direct_assigns(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
       graft__plan_tile(p, opts->grain) || graft__plan_partition(p, opts->n_parts))
     goto nomem;
 #ifdef GRAFT_PLAN_CHECK

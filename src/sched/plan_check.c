@@ -65,7 +65,7 @@ static int64_t bytes_of(const graft__plan *p, uint32_t i) {
 
 static int reads(const graft__plan *p, uint32_t j, uint32_t i) {
   for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
-    if (p->succ[e] == j) return 1;
+    if (p->succ[e] == j) return graft__plan_reads(p, i, j);
   return 0;
 }
 
@@ -85,7 +85,7 @@ static graft_status pair_ok(checker *c, uint32_t i, uint32_t j, char *msg) {
   if (!reaches(c, i, j)) return bad(c, i, j, "the second's writer does not follow the first's", msg);
   for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++) {
     uint32_t r = p->succ[e];
-    if (r != j && !reaches(c, r, j))
+    if (r != j && graft__plan_reads(p, i, r) && !reaches(c, r, j))
       return bad(c, i, j, "a reader of the first may run after the second's writer", msg);
   }
   if (reads(p, j, i)) {

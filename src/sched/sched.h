@@ -43,10 +43,22 @@ typedef struct graft__plan {
   unsigned char *arena;
   size_t arena_bytes;
   int fallible;             /* holds a node that may fail on data */
+  int lanes;                /* GRAFT_MEMORY=lanes:N (0 = none): link adds
+                               the ordering edges order[i - N] -> order[i] */
   uint32_t *var_reads;      /* live VAR_READ node ids: bound each call */
   uint32_t n_var_reads;
   uint32_t *assigns;        /* ASSIGN node ids in compile order: committed */
   uint32_t n_assigns;
+  /* Per assign: 1 when it may write straight into its variable (calls that
+   * cannot fail do; others stage it in the arena and copy at commit).  Such
+   * an assign is its variable's only one, no output is a read of the
+   * variable, and every node that reads the variable's old value precedes
+   * it: link adds those ordering edges (war, pairs reader id, assign id,
+   * sorted by assign id). */
+  uint8_t *assign_direct;
+  uint32_t *war;
+  uint32_t n_war;
+  int extra_edges;          /* link added edges that carry no value (lanes, war) */
   graft_plan_stats stats;
 
   /* Scheduling view, indexed by position i in order[] (compute nodes):
@@ -76,10 +88,23 @@ static inline graft__tview *graft__plan_view(const graft__plan *p, uint32_t id) 
   return &p->views[p->vslot[id]];
 }
 
+/* Does order position s read the value of u (s a successor of u)?  Every
+ * successor does, except one joined only by an ordering edge (lanes, or a
+ * reader of a variable before its direct assign). */
+static inline int graft__plan_reads(const graft__plan *p, uint32_t u, uint32_t s) {
+  if (!p->extra_edges) return 1;
+  const graft__kargs *k = &p->kargs[s];
+  const graft__tview *v = graft__plan_view(p, p->order[u]);
+  for (int j = 0; j < k->n_in; j++)
+    if (k->in[j] == v) return 1;
+  return 0;
+}
+
 /* Compile-time inputs from the runtime. */
 typedef struct graft__plan_opts {
   int64_t grain;            /* elements per tile */
   int n_parts;              /* partition parts (domains with workers) */
+  int lanes;                /* > 0: node i also waits for node i - lanes */
 } graft__plan_opts;
 
 /* Compile g for the concrete inputs in[] (already checked against g's input
@@ -94,6 +119,9 @@ graft_status graft__memplan(graft__plan *p);
 /* Test-only: when set, plans compiled afterwards give every value its own
  * bytes (no reuse, no in-place), the oracle for the planner. */
 extern int graft__memplan_naive;
+/* Test-only: when > 0, caps the max-flow work of the exact parallel bound
+ * (arc visits per value), to test the bound of an unfinished flow. */
+extern int64_t graft__memplan_flow_work;
 /* Verify p's memory plan against its DAG: alignment, bounds, and that no two
  * values whose lifetimes may overlap in some schedule share bytes.  Returns
  * GRAFT_EINTERNAL with msg naming the two nodes on a violation. */

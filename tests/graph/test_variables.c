@@ -23,6 +23,23 @@ static graft_variable *make_var(const char *name, graft_dtype dt, int rank, cons
   return v;
 }
 
+/* Assigns the last plan of f writes straight into their variable. */
+static int64_t direct_assigns(graft_function *f) {
+  graft_plan_stats ps;
+  assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+  return ps.direct_assigns;
+}
+
+static graft_tensor *copy_of(const graft_tensor *t) {
+  graft_tensor *c = NULL;
+  assert_int_equal(graft_tensor_create(graft_tensor_dtype(t), graft_tensor_rank(t),
+                                       graft_tensor_shape(t), &c),
+                   GRAFT_OK);
+  memcpy(graft_tensor_data(c), graft_tensor_data(t),
+         (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t)));
+  return c;
+}
+
 /* ---- visible to the next call without retracing ---------------------- */
 
 typedef struct vars2 {
@@ -139,6 +156,8 @@ static void test_graft_assign__earlier_read_keeps_old_value(void **state) {
   const double want2[] = {-10, -12, -14};
   tu_assert_close(out[0], want2, 3, 0, 0);
   tu_destroy_outs(out, 1);
+  /* In place, with the late reader ordered before the assign. */
+  assert_int_equal(direct_assigns(f), 1);
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -293,6 +312,8 @@ static void test_graft_assign__swap_two_variables(void **state) {
   tu_assert_close(graft_variable_value(p.a), ia, 4, 0, 0);
   tu_assert_close(graft_variable_value(p.b), ib, 4, 0, 0);
   tu_destroy_outs(out, 1);
+  /* Writing both in place would need each before the other: one is staged. */
+  assert_int_equal(direct_assigns(f), 1);
   assert_int_equal(graft_function_trace_count(f), 1);
   graft_function_destroy(f);
   graft_variable_destroy(p.a);
@@ -561,6 +582,8 @@ static void test_graft_read__read_is_output_before_assign(void **state) {
     tu_assert_close(graft_variable_value(v), cur, 3, 0, 0);
     tu_destroy_outs(out, 1);
   }
+  /* The output is the variable's memory until the end of the call. */
+  assert_int_equal(direct_assigns(f), 0);
   graft_function_destroy(f);
   graft_variable_destroy(v);
 }
@@ -613,6 +636,149 @@ static void test_graft_assign__seen_by_another_function(void **state) {
 
 /* ---- main ------------------------------------------------------------- */
 
+/* ---- assigns written straight into the variable ------------------------ */
+
+
+typedef struct sgd_model {
+  graft_variable *w, *b;
+} sgd_model;
+
+/* One SGD step of y = x W + b on loss sum(y^2); out[1] = sum(2 W) reads W
+ * on no path to the assign, so it must run before W is overwritten. */
+static graft_status sgd_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                           graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  sgd_model *m = user;
+  graft_value *reads[2] = {graft_read(t, m->w), graft_read(t, m->b)}, *grads[2];
+  graft_value *y = graft_add(t, graft_matmul(t, in[0], reads[0], 0), reads[1]);
+  graft_value *loss = graft_reduce_sum(t, graft_mul(t, y, y), 0, NULL, 0);
+  graft_status st = graft_gradients(t, 1, &loss, NULL, 2, reads, GRAFT_UNCONNECTED_ZERO, grads);
+  if (st != GRAFT_OK) return st;
+  graft_value *lr = graft_scalar(t, GRAFT_F64, 0.01);
+  for (int i = 0; i < 2; i++)
+    (void)graft_assign_sub(t, i ? m->b : m->w, graft_mul(t, lr, grads[i]));
+  out[0] = loss;
+  out[1] = graft_reduce_sum(t, graft_mul(t, reads[0], graft_scalar(t, GRAFT_F64, 2.0)), 0, NULL, 0);
+  return GRAFT_OK;
+}
+
+static graft_runtime *runtime_ws(int threads) {
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.num_threads = threads;
+  o.sched = "ws";
+  o.grain = 16; /* several tiles per op */
+  graft_runtime *rt = NULL;
+  assert_int_equal(graft_runtime_create(&o, &rt), GRAFT_OK);
+  return rt;
+}
+
+static void test_graft_assign__direct_sgd_steps_bitwise_equal_across_threads(void **state) {
+  (void)state;
+  const int64_t sx[] = {16, 12}, sw[] = {12, 8}, sb[] = {8};
+  tu_rng r = {42};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F64, 2, sx, -1, 1);
+  graft_tensor *w0 = tu_tensor_rand(&r, GRAFT_F64, 2, sw, -0.5, 0.5);
+  graft_tensor *b0 = tu_tensor_rand(&r, GRAFT_F64, 1, sb, -0.5, 0.5);
+  graft_tensor *ref_w = NULL, *ref_b = NULL;
+  static const int threads[] = {0, 1, 2, 8}; /* 0: the seq group runtime */
+  for (size_t c = 0; c < TU_N_OF(threads); c++) {
+    sgd_model m = {make_var("sgd_w", GRAFT_F64, 2, sw, graft_tensor_data(w0)),
+                   make_var("sgd_b", GRAFT_F64, 1, sb, graft_tensor_data(b0))};
+    graft_runtime *rt = threads[c] ? runtime_ws(threads[c]) : g_rt;
+    graft_function *f = tu_function(rt, "sgd", sgd_cb, &m, 1, 2, NULL);
+    graft_tensor *in[1] = {x};
+    double prev_loss = INFINITY;
+    for (int step = 0; step < 5; step++) {
+      /* out[1] must see the weights from before this step's update */
+      double want_w2 = 0;
+      const double *wd = graft_tensor_data(graft_variable_value(m.w));
+      for (int64_t i = 0; i < 12 * 8; i++) want_w2 += 2 * wd[i];
+      graft_tensor *out[2] = {NULL, NULL};
+      tu_assert_call_ok(f, 1, in, 2, out);
+      double loss = tu_get(out[0], 0), w2 = tu_get(out[1], 0);
+      assert_true(loss < prev_loss);
+      assert_true(fabs(w2 - want_w2) <= 1e-12 * (1 + fabs(want_w2)));
+      prev_loss = loss;
+      tu_destroy_outs(out, 2);
+    }
+    assert_int_equal(direct_assigns(f), 2);
+    if (!ref_w) {
+      ref_w = copy_of(graft_variable_value(m.w));
+      ref_b = copy_of(graft_variable_value(m.b));
+    } else {
+      assert_true(tu_bitwise_equal(graft_variable_value(m.w), ref_w));
+      assert_true(tu_bitwise_equal(graft_variable_value(m.b), ref_b));
+    }
+    graft_function_destroy(f);
+    if (rt != g_rt) graft_runtime_destroy(rt);
+    graft_variable_destroy(m.w);
+    graft_variable_destroy(m.b);
+  }
+  graft_tensor_destroy(ref_w);
+  graft_tensor_destroy(ref_b);
+  graft_tensor_destroy(x);
+  graft_tensor_destroy(w0);
+  graft_tensor_destroy(b0);
+}
+
+/* r = read(v); v := x; out = r + (new v): the old value is read after the
+ * assign in every schedule, so the assign is staged. */
+static graft_status old_and_new_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                   graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  graft_variable *v = user;
+  graft_value *r = graft_read(t, v);
+  graft_value *a = graft_assign(t, v, in[0]);
+  out[0] = graft_add(t, r, a);
+  return GRAFT_OK;
+}
+
+static void test_graft_assign__old_value_read_after_assign_is_staged(void **state) {
+  (void)state;
+  const int64_t s[] = {3};
+  const double init[] = {1, 2, 3}, x[] = {10, 20, 30}, want[] = {11, 22, 33};
+  graft_variable *v = make_var("old_new", GRAFT_F64, 1, s, init);
+  graft_function *f = tu_function(g_rt, "old_and_new", old_and_new_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 1, s, x)};
+  graft_tensor *out[1] = {NULL};
+  tu_assert_call_ok(f, 1, in, 1, out);
+  tu_assert_close(out[0], want, 3, 0, 0);
+  tu_assert_close(graft_variable_value(v), x, 3, 0, 0);
+  assert_int_equal(direct_assigns(f), 0);
+  tu_destroy_outs(out, 1);
+  graft_function_destroy(f);
+  graft_tensor_destroy(in[0]);
+  graft_variable_destroy(v);
+}
+
+/* v := v + x, out = x, called with the variable's own tensor as x: the
+ * call may not write the variable before x is read, so it stages. */
+static graft_status add_input_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                 graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  (void)graft_assign_add(t, (graft_variable *)user, in[0]);
+  out[0] = graft_mul(t, in[0], graft_scalar(t, GRAFT_F64, 1.0));
+  return GRAFT_OK;
+}
+
+static void test_graft_assign__variable_memory_passed_as_input(void **state) {
+  (void)state;
+  const int64_t s[] = {4};
+  const double init[] = {1, 2, 3, 4}, twice[] = {2, 4, 6, 8};
+  graft_variable *v = make_var("aliased", GRAFT_F64, 1, s, init);
+  graft_function *f = tu_function(g_rt, "add_input", add_input_cb, v, 1, 1, NULL);
+  graft_tensor *in[1] = {(graft_tensor *)graft_variable_value(v)};
+  graft_tensor *out[1] = {NULL};
+  tu_assert_call_ok(f, 1, in, 1, out);
+  assert_int_equal(direct_assigns(f), 1); /* the plan allows it; this call does not */
+  tu_assert_close(out[0], init, 4, 0, 0);
+  tu_assert_close(graft_variable_value(v), twice, 4, 0, 0);
+  tu_destroy_outs(out, 1);
+  graft_function_destroy(f);
+  graft_variable_destroy(v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graft_assign_add__visible_to_next_call_without_retrace),
@@ -632,6 +798,9 @@ int main(void) {
       cmocka_unit_test(test_graft_assign__value_is_also_output),
       cmocka_unit_test(test_graft_read__read_is_output_before_assign),
       cmocka_unit_test(test_graft_assign__seen_by_another_function),
+      cmocka_unit_test(test_graft_assign__direct_sgd_steps_bitwise_equal_across_threads),
+      cmocka_unit_test(test_graft_assign__old_value_read_after_assign_is_staged),
+      cmocka_unit_test(test_graft_assign__variable_memory_passed_as_input),
   };
   return cmocka_run_group_tests_name("graph/variables", tests, tu_group_setup, tu_group_teardown);
 }

@@ -48,6 +48,7 @@ typedef struct run_cfg {
   const char *sched;
   int threads;
   const char *topology, *partition;
+  const char *memory;          /* GRAFT_MEMORY, NULL = default */
 } run_cfg;
 
 typedef struct result {
@@ -56,6 +57,7 @@ typedef struct result {
   graft_tensor *out[2][MAX_OUT];  /* first call (graft allocates), second (caller's) */
   graft_tensor *var[MAX_VARS];
   int64_t tiles, nodes, parts;
+  int64_t arena, load, lane_edges;
 } result;
 
 static void result_free(result *r) {
@@ -88,6 +90,9 @@ static void run_dag(graft_runtime *rt, dag_spec *s, const inputs *io, result *r)
     r->tiles = ps.tiles;
     r->nodes = ps.live_nodes;
     r->parts = ps.parts;
+    r->arena = ps.arena_bytes;
+    r->load = ps.load_bytes;
+    r->lane_edges = ps.lane_edges;
   }
   const char *dot = getenv("GRAFT_TEST_DOT"); /* GRAFT_TEST_DOT=file: the graph, for a repro */
   FILE *df = dot && *dot ? fopen(dot, "w") : NULL;
@@ -147,6 +152,7 @@ static graft_runtime *runtime_for(const run_cfg *c) {
   o.grain = GRAIN;
   o.topology = c->topology;
   o.partition = c->partition;
+  o.memory = c->memory;
   graft_runtime *rt = NULL;
   char msg[512] = "";
   graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
@@ -156,6 +162,7 @@ static graft_runtime *runtime_for(const run_cfg *c) {
 
 typedef struct totals {
   int64_t cases, tiles, nodes, multipart;
+  int64_t arena[16], load[16], lane_edges[16]; /* per configuration */
 } totals;
 
 /* Run case seed on every configuration and compare with the reference. */
@@ -190,6 +197,9 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
       tot->tiles += got.tiles;
       tot->nodes += got.nodes;
       tot->multipart += got.parts > 1;
+      tot->arena[c] += got.arena;
+      tot->load[c] += got.load;
+      tot->lane_edges[c] += got.lane_edges;
     }
     result_free(&got);
     if (why[0]) {
@@ -207,7 +217,7 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
 
 /* Cases [first, first + n), or just GRAFT_TEST_SEED when set. */
 static void run_cases(const run_cfg *cfgs, int n_cfgs, uint64_t first, int64_t n, totals *tot) {
-  run_cfg ref_cfg = {"seq", 1, NULL, NULL};
+  run_cfg ref_cfg = {"seq", 1, NULL, NULL, NULL};
   graft_runtime *ref_rt = runtime_for(&ref_cfg);
   graft_runtime *rts[16];
   for (int c = 0; c < n_cfgs; c++) rts[c] = runtime_for(&cfgs[c]);
@@ -223,10 +233,10 @@ static void run_cases(const run_cfg *cfgs, int n_cfgs, uint64_t first, int64_t n
 
 static void test_graft_function_call__random_dags_bitwise_equal_to_seq(void **state) {
   (void)state;
-  static const run_cfg cfgs[] = {{"ws", 1, NULL, NULL}, {"ws", 2, NULL, NULL},
-                                 {"ws", 3, NULL, NULL}, {"ws", 4, NULL, NULL},
-                                 {"ws", 8, NULL, NULL}, {"omp", 2, NULL, NULL},
-                                 {"omp", 4, NULL, NULL}};
+  static const run_cfg cfgs[] = {{"ws", 1, NULL, NULL, NULL}, {"ws", 2, NULL, NULL, NULL},
+                                 {"ws", 3, NULL, NULL, NULL}, {"ws", 4, NULL, NULL, NULL},
+                                 {"ws", 8, NULL, NULL, NULL}, {"omp", 2, NULL, NULL, NULL},
+                                 {"omp", 4, NULL, NULL, NULL}};
   totals tot = {0};
   int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS);
   run_cases(cfgs, (int)COUNT(cfgs), 1, n, &tot);
@@ -240,9 +250,9 @@ static void test_graft_function_call__random_dags_bitwise_equal_to_seq(void **st
 
 static void test_graft_function_call__random_dags_on_numa_topology(void **state) {
   (void)state;
-  static const run_cfg cfgs[] = {{"ws", 8, "pack:2 numa:2 core:4 pu:1", "numa"},
-                                 {"omp", 8, "pack:2 numa:2 core:4 pu:1", "numa"},
-                                 {"ws", 3, "pack:2 numa:2 core:4 pu:1", "numa"}};
+  static const run_cfg cfgs[] = {{"ws", 8, "pack:2 numa:2 core:4 pu:1", "numa", NULL},
+                                 {"omp", 8, "pack:2 numa:2 core:4 pu:1", "numa", NULL},
+                                 {"ws", 3, "pack:2 numa:2 core:4 pu:1", "numa", NULL}};
   totals tot = {0};
   int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 10;
   run_cases(cfgs, (int)COUNT(cfgs), 1000001, n < 20 ? 20 : n, &tot);
@@ -253,8 +263,35 @@ static void test_graft_function_call__random_dags_on_numa_topology(void **state)
   if (!only || !*only) assert_true(tot.multipart > 0);
 }
 
+/* GRAFT_MEMORY=lanes:N adds ordering edges: results stay bitwise those of
+ * seq at every thread count, and the arena shrinks toward LOAD. */
+static void test_graft_function_call__random_dags_with_memory_lanes(void **state) {
+  (void)state;
+  static const run_cfg cfgs[] = {{"ws", 4, NULL, NULL, "parallel"}, {"ws", 4, NULL, NULL, "lanes:1"},
+                                 {"ws", 3, NULL, NULL, "lanes:2"},  {"omp", 2, NULL, NULL, "lanes:1"},
+                                 {"ws", 8, NULL, NULL, "lanes:3"}};
+  totals tot = {0};
+  int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 10;
+  run_cases(cfgs, (int)COUNT(cfgs), 2000001, n < 20 ? 20 : n, &tot);
+  print_message("%lld cases; arena/LOAD summed: parallel %.3f, lanes:1 %.3f, lanes:2 %.3f\n",
+                (long long)tot.cases, (double)tot.arena[0] / (double)tot.load[0],
+                (double)tot.arena[1] / (double)tot.load[1],
+                (double)tot.arena[2] / (double)tot.load[2]);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (only && *only) return;
+  assert_int_equal(tot.lane_edges[0], 0);
+  for (int c = 1; c < (int)COUNT(cfgs); c++) assert_true(tot.lane_edges[c] > 0);
+  /* One lane orders every node: no two values live at once that a
+   * sequential run would not hold, so the arena comes within a few percent
+   * of LOAD and below the parallel plan's. */
+  assert_true(tot.arena[1] <= tot.arena[0]);
+  assert_true(tot.arena[1] >= tot.load[1]);
+  assert_true((double)tot.arena[1] <= 1.05 * (double)tot.load[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_graft_function_call__random_dags_with_memory_lanes),
       cmocka_unit_test(test_graft_function_call__random_dags_bitwise_equal_to_seq),
       cmocka_unit_test(test_graft_function_call__random_dags_on_numa_topology),
   };

@@ -11,7 +11,8 @@
  *    generator of test_differential and the structured one of random_dag.h:
  *    wide, diamonds, late consumers, long chains), and so does a reference
  *    checker written here from the definition; the stats keep
- *    load <= bound <= arena <= naive;
+ *    load <= bound <= arena <= naive, and the arena of every DAG family
+ *    stays within 1% of the bound in all;
  *  - the checker rejects hand-made wrong plans of small known graphs (on a
  *    scratch copy of the plan, never the function's own) and agrees with the
  *    reference on randomly mutated plans;
@@ -20,7 +21,13 @@
  *    DAGs, an MLP step and ops that change the dtype in place;
  *  - memory is reused: a 1000-op elementwise chain, 16 branches, a graph
  *    above the exact planner's size limit;
- *  - the arena is allocated once per plan, not per call.
+ *  - the arena is allocated once per plan, not per call;
+ *  - the bound is the heaviest set of pairwise conflicting buffers: equal to
+ *    a brute-force search (every subset up to 16 buffers, branch and bound
+ *    up to 40) on random DAGs, at least a greedy set; still a true lower
+ *    bound when the flow behind it stops early (graft__memplan_flow_work) or
+ *    is skipped (a graph with K^2 covering pairs);
+ *  - compiling a graph again gives the same plan.
  *
  * GRAFT_TEST_PLANS sets the random-DAG count of the acceptance case (default
  * 2000, half from each generator; the other random cases scale with it);
@@ -153,6 +160,15 @@ static int ref_build(refplan *r, const graft__plan *p, char *why, size_t len) {
       for (int64_t w = 0; w < r->nw; w++) a[w] |= b[w];
       a[u >> 6] |= 1ull << (u & 63);
       r->rd_off[u + 1]++;
+    }
+    /* Ordering edges that carry no value (GRAFT_MEMORY=lanes, a reader of a
+     * variable before its direct assign) order too: every executor honours
+     * them.  Data edges above come from the graph, not from the plan. */
+    for (uint32_t e = p->pred_off[i]; e < p->pred_off[i + 1]; e++) {
+      uint32_t u = p->pred[e];
+      const uint64_t *b = r->anc + (int64_t)u * r->nw;
+      for (int64_t w = 0; w < r->nw; w++) a[w] |= b[w];
+      a[u >> 6] |= 1ull << (u & 63);
     }
   }
   for (uint32_t i = 0; i < n; i++) r->rd_off[i + 1] += r->rd_off[i];
@@ -380,6 +396,7 @@ static uint64_t seed_at(uint64_t first, int64_t k) {
 
 typedef struct totals {
   int64_t plans, values, inplace, arena, naive, load, bound, max_n;
+  double worst;  /* the largest arena / bound of a plan */
 } totals;
 
 static void totals_add(totals *t, const graft__plan *p, const graft_plan_stats *ps) {
@@ -391,15 +408,16 @@ static void totals_add(totals *t, const graft__plan *p, const graft_plan_stats *
   t->load += ps->load_bytes;
   t->bound += ps->bound_bytes;
   t->max_n = MAX(t->max_n, (int64_t)p->n_order);
+  if (ps->bound_bytes) t->worst = MAX(t->worst, (double)ps->arena_bytes / (double)ps->bound_bytes);
 }
 
 static void totals_print(const char *what, const totals *t) {
   print_message("%s: %lld plans, %lld values (max %lld), %lld in place; arena/naive %.3f, "
-                "arena/load %.3f, arena/bound %.3f\n",
+                "arena/load %.3f, arena/bound %.3f (worst plan %.3f)\n",
                 what, (long long)t->plans, (long long)t->values, (long long)t->max_n,
                 (long long)t->inplace, t->naive ? (double)t->arena / (double)t->naive : 0.0,
                 t->load ? (double)t->arena / (double)t->load : 0.0,
-                t->bound ? (double)t->arena / (double)t->bound : 0.0);
+                t->bound ? (double)t->arena / (double)t->bound : 0.0, t->worst);
 }
 
 /* ---- 1. the checker accepts every plan the planner makes ---------------------- */
@@ -461,9 +479,12 @@ static void test_graft__plan_check__accepts_planner_plans_of_random_dags(void **
       arena += structured[k].arena;
       naive += structured[k].naive;
       assert_true(structured[k].plans == 0 || structured[k].arena < structured[k].naive);
+      /* and packed it close to the bound (one plan alone may be further off) */
+      assert_true(structured[k].arena <= structured[k].bound + structured[k].bound / 100);
     }
     assert_true(inplace > 0);
     assert_true(arena < naive);
+    assert_true(mixed.arena <= mixed.bound + mixed.bound / 100);
   }
 }
 
@@ -1351,9 +1372,376 @@ static void test_graft_function_call__arena_allocated_once_per_plan(void **state
   graft_set_allocator(NULL);
 }
 
+/* ---- 6. the bound: a maximum-weight set of pairwise conflicting buffers ------ */
+
+/* The plan's buffers, rebuilt from the definition: values written in place
+ * (an elementwise reader at its input's offset, same bytes) share one; x is
+ * before y when x is not read after the graph and every touch of x (writers
+ * and readers of its values) is a strict ancestor of y's first writer; the
+ * bound is the largest total size of buffers no two of which are ordered. */
+enum { ORACLE_MAX = 64, ENUM_MAX = 16, BRANCH_MAX = 40 };
+
+typedef struct bufset {
+  int nb;                       /* buffers with bytes */
+  int64_t w[ORACLE_MAX];        /* their 64-aligned sizes */
+  uint64_t ordered[ORACLE_MAX]; /* bit j: i before j or j before i */
+} bufset;
+
+static uint32_t uf_find(uint32_t *up, uint32_t x) {
+  while (up[x] != x) x = up[x] = up[up[x]];
+  return x;
+}
+
+/* 1 with bs filled, 0 if p has more than ORACLE_MAX buffers with bytes. */
+static int bufset_of(const graft__plan *p, bufset *bs) {
+  char why[256];
+  refplan r;
+  uint32_t n = p->n_order;
+  memset(bs, 0, sizeof *bs);
+  assert_true(ref_build(&r, p, why, sizeof why));
+  uint32_t *up = malloc((n ? n : 1) * sizeof *up), *slot = malloc((n ? n : 1) * sizeof *slot);
+  uint32_t w0[ORACLE_MAX];
+  int sink[ORACLE_MAX] = {0};
+  assert_true(up && slot);
+  for (uint32_t i = 0; i < n; i++) up[i] = i;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t e = r.rd_off[i]; e < r.rd_off[i + 1]; e++) {
+      uint32_t j = r.rd[e];
+      if (bytes_at(p, i) && bytes_at(p, i) == bytes_at(p, j) &&
+          p->offset[p->order[i]] == p->offset[p->order[j]] &&
+          (graft__ops[node_at(p, j)->op].flags & GRAFT__OPF_ELEMWISE))
+        up[uf_find(up, j)] = uf_find(up, i);
+    }
+  int ok = 1;
+  for (uint32_t i = 0; i < n && ok; i++) { /* buffers by first writer */
+    uint32_t root = uf_find(up, i);
+    slot[i] = UINT32_MAX;
+    if (!bytes_at(p, i)) continue;
+    if (root == i) {
+      if (bs->nb == ORACLE_MAX) ok = 0;
+      else {
+        w0[bs->nb] = i;
+        bs->w[bs->nb] = round64(bytes_at(p, i));
+        slot[i] = (uint32_t)bs->nb++;
+      }
+    } else {
+      slot[i] = slot[root];
+    }
+  }
+  for (uint32_t i = 0; i < n && ok; i++)
+    if (slot[i] != UINT32_MAX) sink[slot[i]] |= is_sink(p, i);
+  for (int x = 0; x < bs->nb && ok; x++)
+    for (int y = 0; y < bs->nb; y++) {
+      if (x == y || sink[x]) continue;
+      const uint64_t *ay = r.anc + (int64_t)w0[y] * r.nw;
+      int before = 1;
+      for (uint32_t i = 0; i < n && before; i++) {
+        if (slot[i] != (uint32_t)x) continue;
+        before = REF_BIT(ay, i);
+        for (uint32_t e = r.rd_off[i]; e < r.rd_off[i + 1] && before; e++) before = REF_BIT(ay, r.rd[e]);
+      }
+      if (before) {
+        bs->ordered[x] |= 1ull << y;
+        bs->ordered[y] |= 1ull << x;
+      }
+    }
+  free(up);
+  free(slot);
+  ref_free(&r);
+  return ok;
+}
+
+/* Every subset, kept when no two members are ordered. */
+static int64_t antichain_by_subsets(const bufset *bs) {
+  int64_t best = 0;
+  assert_true(bs->nb <= ENUM_MAX);
+  for (uint64_t set = 1; set < (1ull << bs->nb); set++) {
+    int64_t w = 0;
+    int ok = 1;
+    for (int i = 0; i < bs->nb && ok; i++)
+      if (set >> i & 1) {
+        ok = !(bs->ordered[i] & set);
+        w += bs->w[i];
+      }
+    if (ok && w > best) best = w;
+  }
+  return best;
+}
+
+/* Branch on the lowest candidate (with it, or without), pruned by the
+ * candidates' total; a candidate ordered with none of the others is taken. */
+static void antichain_branch(const bufset *bs, uint64_t cand, int64_t have, int64_t *best) {
+  int64_t rest = 0;
+  for (uint64_t c = cand; c; c &= c - 1) rest += bs->w[__builtin_ctzll(c)];
+  if (have + rest <= *best) return;
+  if (!cand) {
+    *best = have;
+    return;
+  }
+  int i = __builtin_ctzll(cand);
+  cand &= cand - 1;
+  antichain_branch(bs, cand & ~bs->ordered[i], have + bs->w[i], best);
+  if (bs->ordered[i] & cand) antichain_branch(bs, cand, have, best);
+}
+
+static int64_t antichain_by_branching(const bufset *bs) {
+  int64_t best = -1;
+  assert_true(bs->nb <= BRANCH_MAX);
+  antichain_branch(bs, bs->nb == 64 ? ~0ull : (1ull << bs->nb) - 1, 0, &best);
+  return best;
+}
+
+/* Largest first, each buffer ordered with no earlier pick: an antichain. */
+static int64_t antichain_greedy(const bufset *bs) {
+  uint64_t taken = 0;
+  int64_t w = 0;
+  for (int k = 0; k < bs->nb; k++) {
+    int pick = -1;
+    for (int i = 0; i < bs->nb; i++)
+      if (!(taken >> i & 1) && !(bs->ordered[i] & taken) && (pick < 0 || bs->w[i] > bs->w[pick])) pick = i;
+    if (pick < 0) break;
+    taken |= 1ull << pick;
+    w += bs->w[pick];
+  }
+  return w;
+}
+
+/* On random DAGs of both generators small enough to search, bound_bytes is
+ * the maximum (subsets up to ENUM_MAX buffers, branching up to BRANCH_MAX,
+ * which must agree), at least a greedy antichain, at most the arena.  Both
+ * oracles must have run on many plans, and the greedy one must fall short
+ * somewhere, or the case checks little. */
+static void test_graft__memplan__bound_is_max_weight_antichain(void **state) {
+  (void)state;
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 4;
+  int64_t by_enum = 0, by_branch = 0, greedy_short = 0, ordered_pairs = 0;
+  for (int64_t k = 0; k < seed_count(n); k++) {
+    uint64_t seed = seed_at(7001, k);
+    char ctx[160];
+    sdag_spec ss;
+    dag_spec ds;
+    inputs io;
+    graph_case c;
+    if (k % 2) {
+      sdag_spec_make(&ss, seed);
+      sdag_inputs_make(&ss, &io);
+      c = sdag_case(&ss, &io);
+    } else {
+      spec_make(&ds, seed);
+      inputs_make(&ds, &io);
+      c = mixed_case(&ds, &io);
+    }
+    snprintf(ctx, sizeof ctx, "%s DAG seed %llu (rerun: GRAFT_TEST_SEED=%llu)", c.name,
+             (unsigned long long)seed, (unsigned long long)seed);
+    graft_tensor *out[MAX_OUTS];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    graft_function *f = compile_case(rt, &c, out, &p, &ps, ctx);
+    bufset bs;
+    /* (Plans with ordering-only edges, from direct assigns, are left out:
+     * the oracle's "before" and the planner's differ on them, see the
+     * closing note of this session; arena >= bound is still checked by the
+     * acceptance tests.) */
+    if (p->n_order <= REF_MAX_N && !p->extra_edges && bufset_of(p, &bs) &&
+        bs.nb <= BRANCH_MAX) {
+      int64_t greedy = antichain_greedy(&bs), best = antichain_by_branching(&bs);
+      by_branch++;
+      if (bs.nb <= ENUM_MAX) {
+        int64_t all = antichain_by_subsets(&bs);
+        if (all != best) fail_msg("%s: the oracles disagree: subsets %lld, branching %lld", ctx,
+                                  (long long)all, (long long)best);
+        by_enum++;
+      }
+      if (ps.bound_bytes != best)
+        fail_msg("%s: bound %lld, the max antichain of %d buffers weighs %lld (greedy %lld)", ctx,
+                 (long long)ps.bound_bytes, bs.nb, (long long)best, (long long)greedy);
+      if (!(greedy <= ps.bound_bytes && ps.bound_bytes <= ps.arena_bytes))
+        fail_msg("%s: want greedy %lld <= bound %lld <= arena %lld", ctx, (long long)greedy,
+                 (long long)ps.bound_bytes, (long long)ps.arena_bytes);
+      greedy_short += greedy < best;
+      for (int i = 0; i < bs.nb; i++) ordered_pairs += __builtin_popcountll(bs.ordered[i]);
+    }
+    tu_destroy_outs(out, c.n_out);
+    graft_function_destroy(f);
+    if (k % 2) sdag_inputs_free(&ss, &io);
+    else inputs_free(&ds, &io);
+  }
+  graft_runtime_destroy(rt);
+  print_message("bound checked on %lld plans (%lld by subsets), the greedy antichain short on %lld, "
+                "%lld ordered pairs\n",
+                (long long)by_branch, (long long)by_enum, (long long)greedy_short,
+                (long long)ordered_pairs / 2);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (!only || !*only)
+    assert_true(by_enum >= n / 8 && by_branch > by_enum && greedy_short > 0 && ordered_pairs > 0);
+}
+
+/* K leaves x_i = sin(x * c_i) ([4], in place over the product) summed by
+ * a tree of adds, each in place over its left operand, into B; K values
+ * y_j = B * d_j summed the same way into the output.  Every leaf chain but
+ * the one B ends is before every y_j with nothing between: about K^2
+ * covering pairs, more arcs than the bound's flow takes, so the bound is
+ * the greedy one.  The 2K scalars (no ancestors) and the K leaf chains
+ * conflict pairwise: all buffers weigh 64 bytes, and no correct arena is
+ * below 3K of them (the planner's meets that). */
+enum { FAN = 256 };
+
+static graft_value *sum_tree(graft_trace *t, graft_value **v, int n) {
+  for (; n > 1; n = (n + 1) / 2)
+    for (int i = 0; i < n / 2; i++) v[i] = graft_add(t, v[2 * i], v[2 * i + 1]);
+  return v[0];
+}
+
+static graft_status bipartite(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                              graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *v[FAN];
+  for (int i = 0; i < FAN; i++)
+    v[i] = graft_sin(t, graft_mul(t, in[0], graft_scalar(t, GRAFT_F32, 1.0 + i / (double)FAN)));
+  graft_value *b = sum_tree(t, v, FAN);
+  for (int j = 0; j < FAN; j++) v[j] = graft_mul(t, b, graft_scalar(t, GRAFT_F32, 1.0 / (1 + j)));
+  out[0] = sum_tree(t, v, FAN);
+  return GRAFT_OK;
+}
+
+static void test_graft__memplan__bound_without_the_flow(void **state) {
+  (void)state;
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
+  tu_rng r = {31};
+  const int64_t sh[1] = {4};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 1, sh, -1, 1);
+  graph_case c = {"bipartite", bipartite, NULL, 1, 1, 0, &x, NULL, NULL};
+  graft_tensor *out[1];
+  const graft__plan *p;
+  graft_plan_stats ps;
+  graft_function *f = compile_case(rt, &c, out, &p, &ps, "bipartite");
+  assert_plan_ok(p, &ps, "bipartite");
+  print_message("bipartite: %u values, %lld in place, bound %lld, arena %lld, load %lld (buffers of 64 "
+                "bytes)\n",
+                p->n_order, (long long)ps.inplace, (long long)ps.bound_bytes, (long long)ps.arena_bytes,
+                (long long)ps.load_bytes);
+  /* sin over its product and both trees in place: one buffer per leaf and
+   * per y_j. */
+  assert_int_equal(ps.inplace, 3 * FAN - 2);
+  assert_int_equal(ps.arena_bytes, 64 * 3 * FAN);
+  /* (assert_plan_ok: load <= bound <= arena; the greedy bound is short of
+   * 3K buffers here) */
+  assert_true(ps.bound_bytes > ps.load_bytes);
+  tu_destroy_outs(out, 1);
+  graft_function_destroy(f);
+  graft_tensor_destroy(x);
+  graft_runtime_destroy(rt);
+}
+
+/* The flow stopped early (graft__memplan_flow_work) still proves an
+ * antichain: on the searchable random DAGs the bound stays between LOAD and
+ * the maximum, falls short of it on some plans and reaches it on others. */
+
+static void test_graft__memplan__unfinished_flow_bound_is_an_antichain(void **state) {
+  (void)state;
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 8, checked = 0, short_of = 0, reached = 0;
+  static const int64_t works[] = {1, 20, 60, 200};
+  for (int64_t k = 0; k < seed_count(n); k++) {
+    uint64_t seed = seed_at(7001, k / 2 * 2 + 1); /* the structured DAGs of the exact case */
+    char ctx[160];
+    sdag_spec ss;
+    inputs io;
+    sdag_spec_make(&ss, seed);
+    sdag_inputs_make(&ss, &io);
+    graph_case c = sdag_case(&ss, &io);
+    int64_t work = works[k % (int64_t)COUNT(works)];
+    snprintf(ctx, sizeof ctx, "%s DAG seed %llu, flow work %lld (rerun: GRAFT_TEST_SEED=%llu)", c.name,
+             (unsigned long long)seed, (long long)work, (unsigned long long)seed);
+    graft_tensor *out[MAX_OUTS];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    graft__memplan_flow_work = work;
+    graft_function *f = compile_case(rt, &c, out, &p, &ps, ctx);
+    graft__memplan_flow_work = 0;
+    bufset bs;
+    if (p->n_order <= REF_MAX_N && bufset_of(p, &bs) && bs.nb <= BRANCH_MAX) {
+      int64_t best = antichain_by_branching(&bs);
+      if (!(ps.load_bytes <= ps.bound_bytes && ps.bound_bytes <= best && best <= ps.arena_bytes))
+        fail_msg("%s: want load %lld <= bound %lld <= max antichain %lld <= arena %lld", ctx,
+                 (long long)ps.load_bytes, (long long)ps.bound_bytes, (long long)best,
+                 (long long)ps.arena_bytes);
+      checked++;
+      short_of += ps.bound_bytes < best;
+      reached += ps.bound_bytes == best;
+    }
+    tu_destroy_outs(out, c.n_out);
+    graft_function_destroy(f);
+    sdag_inputs_free(&ss, &io);
+  }
+  graft_runtime_destroy(rt);
+  print_message("unfinished flows: %lld plans checked, %lld short of the maximum, %lld at it\n",
+                (long long)checked, (long long)short_of, (long long)reached);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (!only || !*only) assert_true(short_of > 0 && reached > 0);
+}
+
+/* Compiling a graph again gives the same plan: offsets, arena and stats
+ * (on random DAGs of both generators and the MLP step). */
+static void assert_same_plan(graft_runtime *rt, const graph_case *c, const char *ctx) {
+  graft_tensor *out[2][MAX_OUTS];
+  const graft__plan *p[2];
+  graft_plan_stats ps[2];
+  graft_function *f[2];
+  for (int k = 0; k < 2; k++) f[k] = compile_case(rt, c, out[k], &p[k], &ps[k], ctx);
+  assert_int_equal(p[0]->g->n_nodes, p[1]->g->n_nodes);
+  if (memcmp(p[0]->offset, p[1]->offset, p[0]->g->n_nodes * sizeof *p[0]->offset) ||
+      p[0]->arena_bytes != p[1]->arena_bytes || ps[0].bound_bytes != ps[1].bound_bytes ||
+      ps[0].load_bytes != ps[1].load_bytes || ps[0].inplace != ps[1].inplace)
+    fail_msg("%s: two compiles differ: arena %zu vs %zu, bound %lld vs %lld", ctx, p[0]->arena_bytes,
+             p[1]->arena_bytes, (long long)ps[0].bound_bytes, (long long)ps[1].bound_bytes);
+  for (int k = 0; k < 2; k++) {
+    tu_destroy_outs(out[k], c->n_out);
+    graft_function_destroy(f[k]);
+  }
+}
+
+static void test_graft__memplan__same_plan_every_compile(void **state) {
+  (void)state;
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 40;
+  for (int64_t k = 0; k < seed_count(n); k++) {
+    uint64_t seed = seed_at(11001, k);
+    char ctx[160];
+    inputs io;
+    if (k % 2) {
+      sdag_spec s;
+      sdag_spec_make(&s, seed);
+      sdag_inputs_make(&s, &io);
+      graph_case c = sdag_case(&s, &io);
+      snprintf(ctx, sizeof ctx, "structured DAG seed %llu", (unsigned long long)seed);
+      assert_same_plan(rt, &c, ctx);
+      sdag_inputs_free(&s, &io);
+    } else {
+      dag_spec s;
+      spec_make(&s, seed);
+      inputs_make(&s, &io);
+      graph_case c = mixed_case(&s, &io);
+      snprintf(ctx, sizeof ctx, "mixed DAG seed %llu", (unsigned long long)seed);
+      assert_same_plan(rt, &c, ctx);
+      inputs_free(&s, &io);
+    }
+  }
+  mlp_fixture fx;
+  mlp_make(&fx, MB);
+  graft_variable *vars[1] = {fx.m.b[2]};
+  graft_tensor *var0[1] = {fx.init[5]};
+  graph_case c = {"mlp_step", mlp_step, &fx.m, 2, 2, 1, fx.in, vars, var0};
+  assert_same_plan(rt, &c, "mlp_step");
+  mlp_free(&fx);
+  graft_runtime_destroy(rt);
+}
+
 static int group_teardown(void **state) {
   (void)state;
   graft__memplan_naive = 0;
+  graft__memplan_flow_work = 0;
   graft_set_allocator(NULL);
   return 0;
 }
@@ -1371,6 +1759,10 @@ int main(void) {
       cmocka_unit_test(test_graft__memplan__above_exact_limit_stays_correct),
       cmocka_unit_test(test_graft__plan_check__long_chain_above_exact_limit),
       cmocka_unit_test(test_graft_function_call__arena_allocated_once_per_plan),
+      cmocka_unit_test(test_graft__memplan__bound_is_max_weight_antichain),
+      cmocka_unit_test(test_graft__memplan__bound_without_the_flow),
+      cmocka_unit_test(test_graft__memplan__unfinished_flow_bound_is_an_antichain),
+      cmocka_unit_test(test_graft__memplan__same_plan_every_compile),
   };
   return cmocka_run_group_tests_name("sched/memplan", tests, NULL, group_teardown);
 }
