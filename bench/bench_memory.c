@@ -472,6 +472,18 @@ int main(int argc, char **argv) {
   if (measure(rt, "mlp_train_step", mlp_trace, &m, 2, mlp_in, 1, opt.reps, &rows[n_rows]) == 0)
     print_row(&opt, &rows[n_rows++]);
   else failures++;
+  /* The same step with GRAFT_MEMORY=lanes:1: ordering edges along the plan
+   * trade all parallelism for an arena at LOAD. */
+  graft_runtime *rt_lanes = NULL;
+  char lanes_desc[256];
+  setenv("GRAFT_MEMORY", "lanes:1", 1);
+  int lanes_rc = bench_runtime_create("seq", 1, 0, NULL, &rt_lanes, lanes_desc, sizeof lanes_desc);
+  unsetenv("GRAFT_MEMORY");
+  if (lanes_rc == 0 && measure(rt_lanes, "mlp_step_lanes1", mlp_trace, &m, 2, mlp_in, 1, opt.reps,
+                               &rows[n_rows]) == 0)
+    print_row(&opt, &rows[n_rows++]);
+  else failures++;
+  graft_runtime_destroy(rt_lanes);
   for (int l = 0; l < 3; l++) {
     graft_variable_destroy(m.w[l]);
     graft_variable_destroy(m.b[l]);
