@@ -70,9 +70,10 @@ typedef struct graft_plan_stats {
   int64_t naive_bytes;    /* bytes with one buffer per value (no reuse) */
   int64_t load_bytes;     /* max live bytes over the compile order: no
                              correct plan's arena is smaller */
-  int64_t bound_bytes;    /* parallel-safe lower bound: bytes of a set of
-                             values that may all be live at once in some
-                             schedule (>= load_bytes) */
+  int64_t bound_bytes;    /* parallel-safe lower bound: the most bytes of
+                             pairwise conflicting buffers (values that may
+                             all be live at once in some schedule), exact
+                             by max flow below a work cap */
   int64_t inplace;        /* values written over an input (in place) */
   int64_t parts;          /* partition parts holding work */
   int64_t cut_bytes;      /* bytes of values read in another part than written */

@@ -8,6 +8,8 @@
 
 #define NO_SLOT SIZE_MAX
 
+static void unlink_plan(graft__plan *p);
+
 void graft__plan_destroy(graft__plan *p) {
   if (!p) return;
   graft__free(p->live);
@@ -24,12 +26,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->binding);
   graft__free(p->offset);
   graft__free(p->arena);
-  graft__free(p->succ_off);
-  graft__free(p->succ);
-  graft__free(p->succ_multi);
-  graft__free(p->pred_off);
-  graft__free(p->pred);
-  graft__free(p->npred);
+  unlink_plan(p);
   graft__free(p->work);
   graft__free(p->tiling);
   graft__free(p->scratch);
@@ -52,7 +49,15 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
   const graft__graph *g = p->g;
   graft__shape_ctx c = {p->binding, NULL, {0}};
   uint8_t *ok = graft__calloc(g->n_nodes ? g->n_nodes : 1, 1);
-  if (!ok) return GRAFT_ENOMEM;
+  int max_in = 1;
+  for (uint32_t id = 0; id < g->n_nodes; id++)
+    max_in = GRAFT__MAX(max_in, graft__graph_node(g, id)->n_in);
+  graft__shape *ins = graft__malloc((size_t)max_in * sizeof *ins); /* concat: any count */
+  if (!ok || !ins) {
+    graft__free(ok);
+    graft__free(ins);
+    return GRAFT_ENOMEM;
+  }
   graft_status st = GRAFT_OK;
   for (int i = 0; i < g->n_inputs && !st; i++) {
     uint32_t id = g->inputs[i];
@@ -65,12 +70,12 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
   }
   for (uint32_t id = 0; id < g->n_nodes; id++) {
     const graft__node *n = graft__graph_node(g, id);
-    graft__shape ins[16], o;
+    graft__shape o;
     int skip = 0;
     for (int k = 0; k < n->n_in && !skip; k++) {
       if (!ok[n->in[k]]) skip = 1;
     }
-    if (skip || n->n_in > 16) { /* an input failed (only possible off the live set) */
+    if (skip) { /* an input failed (only possible off the live set) */
       if (p->live[id]) {
         st = GRAFT_EINTERNAL;
         compile_fail(g, id, "input shape unknown", msg);
@@ -108,6 +113,7 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
   }
 out:
   graft__free(ok);
+  graft__free(ins);
   return st;
 }
 

@@ -627,8 +627,36 @@ static void test_cast__invalid_dtype_is_edtype(void **state) {
   graft_tensor_destroy(x);
 }
 
+/* concat of many values (more than any fixed input buffer): 40 scaled
+ * copies of x along axis 0. */
+#define MANY_CONCAT 40
+static graft_status many_concat_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                   graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *xs[MANY_CONCAT];
+  for (int k = 0; k < MANY_CONCAT; k++) xs[k] = graft_mul(t, in[0], graft_scalar(t, GRAFT_F64, k));
+  out[0] = graft_concat(t, MANY_CONCAT, xs, 0);
+  return GRAFT_OK;
+}
+
+static void test_graft_concat__forty_inputs(void **state) {
+  (void)state;
+  const int64_t s[] = {2, 3};
+  const double x[] = {1, 2, 3, 4, 5, 6};
+  graft_tensor *in[1] = {tu_tensor_from(GRAFT_F64, 2, s, x)};
+  graft_tensor *out[1] = {NULL};
+  char msg[512];
+  tu_assert_run_ok(tu_run(g_rt, many_concat_cb, NULL, 1, in, 1, out, msg), "concat of 40", msg);
+  assert_int_equal(graft_tensor_shape(out[0])[0], 2 * MANY_CONCAT);
+  for (int k = 0; k < MANY_CONCAT; k++)
+    for (int i = 0; i < 6; i++) assert_true(tu_get(out[0], 6 * k + i) == k * x[i]);
+  graft_tensor_destroy(out[0]);
+  graft_tensor_destroy(in[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_graft_concat__forty_inputs),
       cmocka_unit_test(test_transpose__perms_rank2_to_4),
       cmocka_unit_test(test_transpose__bad_perm_is_einval),
       cmocka_unit_test(test_reshape__infer_and_rank0),
