@@ -399,6 +399,17 @@ static inline graft_runtime *tu_runtime_of(const char *sched, int threads, int64
   return rt;
 }
 
+/* A new tensor holding t's dtype, shape and bytes.  Asserts on failure. */
+static inline graft_tensor *tu_copy(const graft_tensor *t) {
+  graft_tensor *c = NULL;
+  assert_int_equal(graft_tensor_create(graft_tensor_dtype(t), graft_tensor_rank(t),
+                                       graft_tensor_shape(t), &c),
+                   GRAFT_OK);
+  memcpy(graft_tensor_data(c), graft_tensor_data(t),
+         (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t)));
+  return c;
+}
+
 /* a and b are non-NULL with one dtype, one shape and the same bytes. */
 static inline int tu_bitwise_equal(const graft_tensor *a, const graft_tensor *b) {
   return a && b && graft_tensor_dtype(a) == graft_tensor_dtype(b) &&

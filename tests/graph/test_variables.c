@@ -30,15 +30,6 @@ static int64_t direct_assigns(graft_function *f) {
   return ps.direct_assigns;
 }
 
-static graft_tensor *copy_of(const graft_tensor *t) {
-  graft_tensor *c = NULL;
-  assert_int_equal(graft_tensor_create(graft_tensor_dtype(t), graft_tensor_rank(t),
-                                       graft_tensor_shape(t), &c),
-                   GRAFT_OK);
-  memcpy(graft_tensor_data(c), graft_tensor_data(t),
-         (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t)));
-  return c;
-}
 
 /* ---- visible to the next call without retracing ---------------------- */
 
@@ -704,8 +695,8 @@ static void test_graft_assign__direct_sgd_steps_bitwise_equal_across_threads(voi
     }
     assert_int_equal(direct_assigns(f), 2);
     if (!ref_w) {
-      ref_w = copy_of(graft_variable_value(m.w));
-      ref_b = copy_of(graft_variable_value(m.b));
+      ref_w = tu_copy(graft_variable_value(m.w));
+      ref_b = tu_copy(graft_variable_value(m.b));
     } else {
       assert_true(tu_bitwise_equal(graft_variable_value(m.w), ref_w));
       assert_true(tu_bitwise_equal(graft_variable_value(m.b), ref_b));

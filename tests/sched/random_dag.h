@@ -559,14 +559,6 @@ typedef struct inputs {
   graft_tensor *var0[MAX_VARS];
 } inputs;
 
-static inline graft_tensor *copy_of(const graft_tensor *t) {
-  graft_tensor *c = NULL;
-  if (graft_tensor_create(graft_tensor_dtype(t), graft_tensor_rank(t), graft_tensor_shape(t), &c))
-    return NULL;
-  memcpy(graft_tensor_data(c), graft_tensor_data(t),
-         (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t)));
-  return c;
-}
 
 static inline graft_tensor *empty_like(const graft_tensor *t) {
   graft_tensor *c = NULL;

@@ -101,7 +101,7 @@ static void run_dag(graft_runtime *rt, dag_spec *s, const inputs *io, result *r)
     fclose(df);
   }
   graft_function_destroy(f);
-  for (int k = 0; k < s->n_vars; k++) r->var[k] = copy_of(graft_variable_value(s->vars[k]));
+  for (int k = 0; k < s->n_vars; k++) r->var[k] = tu_copy(graft_variable_value(s->vars[k]));
 }
 
 /* Empty string when got equals ref bitwise; else what differs. */

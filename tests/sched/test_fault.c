@@ -98,18 +98,9 @@ static graft_variable *var_k(const fixture *fx, int k) {
   return k == 0 ? fx->m.w : k == 1 ? fx->m.acc : fx->m.count;
 }
 
-static graft_tensor *copy_of(const graft_tensor *t) {
-  graft_tensor *c = NULL;
-  assert_int_equal(graft_tensor_create(graft_tensor_dtype(t), graft_tensor_rank(t),
-                                       graft_tensor_shape(t), &c),
-                   GRAFT_OK);
-  memcpy(graft_tensor_data(c), graft_tensor_data(t),
-         (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t)));
-  return c;
-}
 
 static void snapshot_vars(const fixture *fx, snapshot *s) {
-  for (int k = 0; k < N_VARS; k++) s->var[k] = copy_of(graft_variable_value(var_k(fx, k)));
+  for (int k = 0; k < N_VARS; k++) s->var[k] = tu_copy(graft_variable_value(var_k(fx, k)));
 }
 
 static void snapshot_free(snapshot *s) {
@@ -320,10 +311,10 @@ static void check_caller_outputs_kept(const char *sched, int threads) {
   const graft__plan *p = graft__function_plan(f);
   graft_tensor *out[N_OUT], *keep[N_OUT];
   for (int k = 0; k < N_OUT; k++) {
-    out[k] = copy_of(fx.ref[0].out[k]);
+    out[k] = tu_copy(fx.ref[0].out[k]);
     memset(graft_tensor_data(out[k]), 0x5a,
            (size_t)graft_tensor_numel(out[k]) * graft_dtype_size(graft_tensor_dtype(out[k])));
-    keep[k] = copy_of(out[k]);
+    keep[k] = tu_copy(out[k]);
   }
   /* Fail the last node in order: every output node has run by then (or runs
    * alongside, in the parallel executors). */

@@ -310,6 +310,40 @@ static graph_case sdag_case(sdag_spec *s, inputs *io) {
   return c;
 }
 
+/* Case k of a test that alternates the generators (a mixed DAG for even k,
+ * a scalar DAG for odd k), with ctx naming it for messages.  c points into
+ * the struct: do not copy it.  Free with alt_case_free. */
+typedef struct alt_case {
+  sdag_spec ss;
+  dag_spec ds;
+  inputs io;
+  graph_case c;
+  int sdag;
+  char ctx[160];
+} alt_case;
+
+static void alt_case_make(alt_case *a, int64_t k, uint64_t seed) {
+  a->sdag = (int)(k % 2);
+  if (a->sdag) {
+    sdag_spec_make(&a->ss, seed);
+    sdag_inputs_make(&a->ss, &a->io);
+    a->c = sdag_case(&a->ss, &a->io);
+  } else {
+    spec_make(&a->ds, seed);
+    inputs_make(&a->ds, &a->io);
+    a->c = mixed_case(&a->ds, &a->io);
+  }
+  snprintf(a->ctx, sizeof a->ctx, "%s DAG seed %llu (rerun: GRAFT_TEST_SEED=%llu)", a->c.name,
+           (unsigned long long)seed, (unsigned long long)seed);
+}
+
+static void alt_case_free(alt_case *a) {
+  if (a->sdag)
+    sdag_inputs_free(&a->ss, &a->io);
+  else
+    inputs_free(&a->ds, &a->io);
+}
+
 /* Results of two calls of a fresh function: the first allocates the
  * outputs, the second writes into tensors full of stale bytes. */
 typedef struct result {
@@ -344,7 +378,7 @@ static void run_case(graft_runtime *rt, const graph_case *c, int naive, result *
   snprintf(r->msg, sizeof r->msg, "%s", graft_function_errmsg(f));
   if (r->st == GRAFT_OK) assert_int_equal(graft_function_stats(f, &r->stats), GRAFT_OK);
   graft_function_destroy(f);
-  for (int k = 0; k < c->n_vars; k++) r->var[k] = copy_of(graft_variable_value(c->vars[k]));
+  for (int k = 0; k < c->n_vars; k++) r->var[k] = tu_copy(graft_variable_value(c->vars[k]));
 }
 
 /* "" when got equals ref bitwise, else what differs. */
@@ -762,22 +796,10 @@ static void test_graft__plan_check__agrees_with_reference_on_mutated_plans(void 
   int64_t accepted = 0, rejected = 0;
   for (int64_t k = 0; k < seed_count(n); k++) {
     uint64_t seed = seed_at(5001, k);
-    char ctx[160];
-    sdag_spec ss;
-    dag_spec ds;
-    inputs io;
-    graph_case c;
-    if (k % 2) {
-      sdag_spec_make(&ss, seed);
-      sdag_inputs_make(&ss, &io);
-      c = sdag_case(&ss, &io);
-    } else {
-      spec_make(&ds, seed);
-      inputs_make(&ds, &io);
-      c = mixed_case(&ds, &io);
-    }
-    snprintf(ctx, sizeof ctx, "%s DAG seed %llu (rerun: GRAFT_TEST_SEED=%llu)", c.name,
-             (unsigned long long)seed, (unsigned long long)seed);
+    alt_case a;
+    alt_case_make(&a, k, seed);
+    const graph_case c = a.c;
+    const char *ctx = a.ctx;
     graft_tensor *out[MAX_OUTS];
     const graft__plan *p;
     graft_plan_stats ps;
@@ -833,8 +855,7 @@ static void test_graft__plan_check__agrees_with_reference_on_mutated_plans(void 
     free(s.off);
     tu_destroy_outs(out, c.n_out);
     graft_function_destroy(f);
-    if (k % 2) sdag_inputs_free(&ss, &io);
-    else inputs_free(&ds, &io);
+    alt_case_free(&a);
   }
   graft_runtime_destroy(rt);
   print_message("%lld mutated plans valid, %lld invalid\n", (long long)accepted, (long long)rejected);
@@ -1518,22 +1539,10 @@ static void test_graft__memplan__bound_is_max_weight_antichain(void **state) {
   int64_t by_enum = 0, by_branch = 0, greedy_short = 0, ordered_pairs = 0;
   for (int64_t k = 0; k < seed_count(n); k++) {
     uint64_t seed = seed_at(7001, k);
-    char ctx[160];
-    sdag_spec ss;
-    dag_spec ds;
-    inputs io;
-    graph_case c;
-    if (k % 2) {
-      sdag_spec_make(&ss, seed);
-      sdag_inputs_make(&ss, &io);
-      c = sdag_case(&ss, &io);
-    } else {
-      spec_make(&ds, seed);
-      inputs_make(&ds, &io);
-      c = mixed_case(&ds, &io);
-    }
-    snprintf(ctx, sizeof ctx, "%s DAG seed %llu (rerun: GRAFT_TEST_SEED=%llu)", c.name,
-             (unsigned long long)seed, (unsigned long long)seed);
+    alt_case a;
+    alt_case_make(&a, k, seed);
+    const graph_case c = a.c;
+    const char *ctx = a.ctx;
     graft_tensor *out[MAX_OUTS];
     const graft__plan *p;
     graft_plan_stats ps;
@@ -1564,8 +1573,7 @@ static void test_graft__memplan__bound_is_max_weight_antichain(void **state) {
     }
     tu_destroy_outs(out, c.n_out);
     graft_function_destroy(f);
-    if (k % 2) sdag_inputs_free(&ss, &io);
-    else inputs_free(&ds, &io);
+    alt_case_free(&a);
   }
   graft_runtime_destroy(rt);
   print_message("bound checked on %lld plans (%lld by subsets), the greedy antichain short on %lld, "
