@@ -10,13 +10,17 @@
  * It runs on work-stealing (ws) and OpenMP-task (omp) runtimes at 1, 2 and 4
  * threads (4 even when fewer CPUs are available: such rows are marked
  * oversubscribed) and at 8 and 16 when the process may use that many CPUs,
- * on the sequential executor (seq), and as a direct C loop of cblas_sgemm
- * and plain loops (direct, the reference every output is checked against),
- * all in this process, with the default grain.  Every rep calls each config
+ * on the sequential executor (seq), as a direct C loop of cblas_sgemm and
+ * plain loops (direct, the reference every output is checked against), and
+ * as that same code with the branches shared by a hand-written `omp for`
+ * (ompfor, at the same thread counts as ws: what the machine gives a user
+ * who writes the parallel loop by hand), all in this process, with the
+ * default grain.  Every rep calls each config
  * (rotating which goes first) until about TARGET_REP_US has passed;
  * median_us is the median time per call.  speedup_vs_1t = ws at 1 thread /
  * this row; ratio_vs_omp = this row / omp at the same thread count;
- * ratio_vs_seq = this row / seq.
+ * ratio_vs_seq = this row / seq; self_speedup = the same sched at 1 thread
+ * / this row.
  *
  * Usage: bench_branches [--json] [--reps N]
  */
@@ -42,10 +46,10 @@
 #define DEFAULT_REPS 11
 #define TARGET_REP_US 20000.0
 #define MAX_INNER 1000
-#define MAX_CONFIGS 16
+#define MAX_CONFIGS 24
 
-typedef enum sched_kind { SCHED_WS, SCHED_OMP, SCHED_SEQ, SCHED_DIRECT } sched_kind;
-static const char *const SCHED_NAMES[] = {"ws", "omp", "seq", "direct"};
+typedef enum sched_kind { SCHED_WS, SCHED_OMP, SCHED_SEQ, SCHED_DIRECT, SCHED_OMPFOR } sched_kind;
+static const char *const SCHED_NAMES[] = {"ws", "omp", "seq", "direct", "ompfor"};
 
 typedef struct config {
   sched_kind sched;
@@ -61,6 +65,7 @@ typedef struct model {
   float *x;                 /* [BATCH, WIDTH] */
   graft_variable *w1[BRANCHES], *b1[BRANCHES], *w2[BRANCHES], *b2[BRANCHES];
   float *h, *y, *ref;       /* direct-baseline scratch and result */
+  float *hb, *yb;           /* ompfor scratch: [BRANCHES][BATCH * WIDTH] each */
 } model;
 
 typedef bench_opts options;
@@ -84,8 +89,10 @@ static int model_create(model *m) {
   m->h = malloc(BATCH * WIDTH * sizeof *m->h);
   m->y = malloc(BATCH * WIDTH * sizeof *m->y);
   m->ref = malloc(BATCH * WIDTH * sizeof *m->ref);
+  m->hb = malloc((size_t)BRANCHES * BATCH * WIDTH * sizeof *m->hb);
+  m->yb = malloc((size_t)BRANCHES * BATCH * WIDTH * sizeof *m->yb);
   int rc = -1;
-  if (!w || !m->x || !m->h || !m->y || !m->ref) {
+  if (!w || !m->x || !m->h || !m->y || !m->ref || !m->hb || !m->yb) {
     bench_oom();
     goto out;
   }
@@ -117,6 +124,8 @@ static void model_destroy(model *m) {
   free(m->h);
   free(m->y);
   free(m->ref);
+  free(m->hb);
+  free(m->yb);
 }
 
 static const float *var_data(const graft_variable *v) {
@@ -146,6 +155,31 @@ static void direct_call(model *m, float *out) {
   }
 }
 
+/* The hand-written parallel baseline (what a user would write without
+ * graft): one `omp parallel` region, the branches shared by `omp for`
+ * (static), each into its own buffers, then the outputs summed elementwise
+ * by a second `omp for`, pairwise in the tree order of the graph. */
+static void ompfor_call(model *m, int threads, float *out) {
+  const int n = BATCH * WIDTH;
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp for schedule(static)
+    for (int b = 0; b < BRANCHES; b++) {
+      float *h = m->hb + (size_t)b * n, *y = m->yb + (size_t)b * n;
+      direct_layer(m->x, m->w1[b], m->b1[b], 1, h);
+      direct_layer(h, m->w2[b], m->b2[b], 0, y);
+    }
+#pragma omp for schedule(static)
+    for (int i = 0; i < n; i++) {
+      float v[BRANCHES];
+      for (int b = 0; b < BRANCHES; b++) v[b] = m->yb[(size_t)b * n + i];
+      for (int len = BRANCHES; len > 1; len /= 2)
+        for (int k = 0; k < len / 2; k++) v[k] = v[2 * k] + v[2 * k + 1];
+      out[i] = v[0];
+    }
+  }
+}
+
 static graft_status trace_branches(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                                    graft_value **out, void *user) {
   model *m = user;
@@ -172,13 +206,14 @@ static void add_config(sched_kind s, int threads) {
   CONFIGS[n_configs++] = (config){.sched = s, .threads = threads};
 }
 
-/* ws and omp at 1, 2, 4 (always) and 8, 16 (when there are that many
- * CPUs); then seq and direct. */
+/* ws, omp and ompfor at 1, 2, 4 (always) and 8, 16 (when there are that
+ * many CPUs); then seq and direct. */
 static void plan_configs(long cpus) {
   static const int threads[] = {1, 2, 4, 8, 16};
-  for (int s = SCHED_WS; s <= SCHED_OMP; s++)
+  static const sched_kind scaled[] = {SCHED_WS, SCHED_OMP, SCHED_OMPFOR};
+  for (size_t s = 0; s < sizeof scaled / sizeof scaled[0]; s++)
     for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
-      if (threads[i] <= 4 || threads[i] <= cpus) add_config((sched_kind)s, threads[i]);
+      if (threads[i] <= 4 || threads[i] <= cpus) add_config(scaled[s], threads[i]);
   add_config(SCHED_SEQ, 1);
   add_config(SCHED_DIRECT, 1);
 }
@@ -195,6 +230,13 @@ static int create_configs(model *m) {
     if (cf->sched == SCHED_DIRECT) {
       snprintf(cf->describe, sizeof cf->describe,
                "cblas_sgemm + plain loops, branches in sequence, on the calling thread");
+      continue;
+    }
+    if (cf->sched == SCHED_OMPFOR) {
+      snprintf(cf->describe, sizeof cf->describe,
+               "the same code as direct, branches shared by omp for num_threads(%d), then an "
+               "omp for elementwise tree sum",
+               cf->threads);
       continue;
     }
     if (bench_runtime_create(SCHED_NAMES[cf->sched], cf->threads, 0, NULL, &cf->rt, cf->describe,
@@ -215,6 +257,10 @@ static void destroy_configs(void) {
 static int call_config(config *cf, model *m, graft_tensor *x, graft_tensor *out) {
   if (cf->sched == SCHED_DIRECT) {
     direct_call(m, graft_tensor_data(out));
+    return 0;
+  }
+  if (cf->sched == SCHED_OMPFOR) {
+    ompfor_call(m, cf->threads, graft_tensor_data(out));
     return 0;
   }
   return bench_report(graft_function_call(cf->f, 1, &x, 1, &out), "graft_function_call", cf->f);
@@ -308,10 +354,11 @@ static void print_header(const bench_info *info, const options *opt) {
   if (opt->json) return;
   printf("# median_us: median time per call; speedup_vs_1t = ws at 1 thread / median_us;\n"
          "# ratio_vs_omp = median_us / omp's at the same threads; ratio_vs_seq = median_us /\n"
-         "# seq's; min_us: the fastest rep; threads marked * exceed the CPUs of this process\n"
-         "# (oversubscribed)\n");
-  printf("# %-8s %7s %-6s %4s %12s %13s %12s %12s %10s\n", "name", "threads", "sched", "reps",
-         "median_us", "speedup_vs_1t", "ratio_vs_omp", "ratio_vs_seq", "min_us");
+         "# seq's; self_speedup = the same sched at 1 thread / median_us; min_us: the fastest\n"
+         "# rep; threads marked * exceed the CPUs of this process (oversubscribed)\n");
+  printf("# %-8s %7s %-6s %4s %12s %13s %12s %12s %12s %10s\n", "name", "threads", "sched",
+         "reps", "median_us", "speedup_vs_1t", "ratio_vs_omp", "ratio_vs_seq", "self_speedup",
+         "min_us");
 }
 
 static void print_rows(const options *opt, int reps, long cpus) {
@@ -319,11 +366,12 @@ static void print_rows(const options *opt, int reps, long cpus) {
   double seq = CONFIGS[config_index(SCHED_SEQ, 1)].median_us;
   for (int c = 0; c < n_configs; c++) {
     const config *cf = &CONFIGS[c];
-    int omp = cf->sched == SCHED_WS || cf->sched == SCHED_OMP
+    int omp = cf->sched == SCHED_WS || cf->sched == SCHED_OMP || cf->sched == SCHED_OMPFOR
                   ? config_index(SCHED_OMP, cf->threads)
                   : -1;
     double vs_omp = omp >= 0 ? cf->median_us / CONFIGS[omp].median_us : NAN;
     double speedup = ws1 / cf->median_us, vs_seq = cf->median_us / seq;
+    double self = CONFIGS[config_index(cf->sched, 1)].median_us / cf->median_us;
     int over = cf->threads > cpus;
     if (opt->json) {
       printf("{\"type\":\"row\",\"name\":\"branches\",\"threads\":%d,\"sched\":\"%s\","
@@ -332,13 +380,13 @@ static void print_rows(const options *opt, int reps, long cpus) {
              cf->threads, SCHED_NAMES[cf->sched], over ? "true" : "false", reps, cf->inner,
              cf->median_us, cf->min_us, speedup);
       bench_json_num("ratio_vs_omp", vs_omp, "%.4f");
-      printf(",\"ratio_vs_seq\":%.4f}\n", vs_seq);
+      printf(",\"ratio_vs_seq\":%.4f,\"self_speedup\":%.4f}\n", vs_seq, self);
     } else {
       char thr[16], vo[16];
       snprintf(thr, sizeof thr, "%d%s", cf->threads, over ? "*" : "");
-      printf("%-10s %7s %-6s %4d %12.1f %13.3f %12s %12.3f %10.1f\n", "branches", thr,
+      printf("%-10s %7s %-6s %4d %12.1f %13.3f %12s %12.3f %12.3f %10.1f\n", "branches", thr,
              SCHED_NAMES[cf->sched], reps, cf->median_us, speedup,
-             bench_fmt_num(vo, sizeof vo, "%.3f", vs_omp), vs_seq, cf->min_us);
+             bench_fmt_num(vo, sizeof vo, "%.3f", vs_omp), vs_seq, self, cf->min_us);
     }
   }
   fflush(stdout);

@@ -399,6 +399,7 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
   atomic_store(&s->status, GRAFT_OK);
   atomic_store(&s->hungry, 0);
   ctx c = {p, rt, s, nt, nt == 1, rt->trace != NULL, now_us()};
+  const int caller_pu = rt->worker_pu ? graft__runtime_caller_pu() : -1;
 
 #pragma omp parallel num_threads(nt)
   {
@@ -408,7 +409,7 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
       c.team = omp_get_num_threads();
       c.solo = c.team == 1;
     }
-    graft__topology_bind_worker(rt, wid, c.team);
+    graft__topology_bind_worker(rt, wid, c.team, caller_pu);
     worker *me = &s->w[wid];
     graft__deque_reset(&me->dq);
     atomic_store_explicit(&me->done, 0, memory_order_relaxed);

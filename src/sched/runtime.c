@@ -1,5 +1,7 @@
 /* The runtime: resolved configuration, topology, thread count. */
+#define _GNU_SOURCE /* sched_getcpu */
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,11 +46,17 @@ int graft__runtime_parts(const graft_runtime *rt) {
   return rt->n_domains < rt->num_threads ? rt->n_domains : rt->num_threads;
 }
 
+int graft__runtime_caller_pu(void) { return sched_getcpu(); }
+
 /* Worker 0 is the calling thread: its binding belongs to the caller (and
- * to OMP_PROC_BIND), so only the team's other threads are bound. */
-void graft__topology_bind_worker(const graft_runtime *rt, int w, int n) {
-  (void)n;
-  if (w > 0 && resolved_bind(rt)) graft__topology_bind(rt->topo, w);
+ * to OMP_PROC_BIND), so only the team's other threads are bound.  A team
+ * of another size than the runtime's (an OpenMP thread limit) is not
+ * bound. */
+void graft__topology_bind_worker(const graft_runtime *rt, int w, int n, int caller_pu) {
+  if (w == 0 || !rt->worker_pu || n != rt->num_threads) return;
+  int pu = rt->worker_pu[w];
+  if (pu == caller_pu) pu = rt->worker_pu[0];
+  graft__topology_bind(rt->topo, pu);
 }
 
 GRAFT_API int graft_runtime_num_threads(const graft_runtime *rt) { return rt ? rt->num_threads : 0; }
@@ -100,6 +108,18 @@ GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, g
   rt->level = rt->cfg.partition == GRAFT__LEVEL_AUTO ? graft__topology_auto_level(rt->topo)
                                                      : rt->cfg.partition;
   rt->n_domains = graft__topology_domains(rt->topo, rt->level);
+  if (resolved_bind(rt) && rt->num_threads > 1) {
+    rt->worker_pu = graft__malloc((size_t)rt->num_threads * sizeof *rt->worker_pu);
+    if (!rt->worker_pu ||
+        graft__topology_worker_pus(rt->topo, rt->level, graft__runtime_parts(rt),
+                                   rt->num_threads, rt->worker_pu)) {
+      st = GRAFT_ENOMEM;
+      graft__msgf(msg, "out of memory");
+      graft_runtime_destroy(rt);
+      rt = NULL;
+      goto done;
+    }
+  }
   if (rt->cfg.trace_path && graft__chrome_open(rt->cfg.trace_path, &rt->trace, msg)) {
     st = GRAFT_EIO;
     graft_runtime_destroy(rt);
@@ -121,6 +141,7 @@ GRAFT_API graft_status graft_runtime_create(const graft_runtime_opts *opts, graf
 GRAFT_API void graft_runtime_destroy(graft_runtime *rt) {
   if (!rt) return;
   graft__chrome_close(rt->trace);
+  graft__free(rt->worker_pu);
   graft__topology_destroy(rt->topo);
   graft__config_free(&rt->cfg);
   graft__free(rt);

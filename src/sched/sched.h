@@ -191,10 +191,17 @@ struct graft_runtime {
   graft__level level;       /* resolved partition level */
   int n_domains;            /* domains at that level */
   struct graft__chrome *trace; /* GRAFT_TRACE output, or NULL */
+  int *worker_pu;           /* PU (OS index) of each of num_threads workers
+                               when binding is on, else NULL */
 };
 
-/* Bind the calling thread (worker w of n) to its PU when binding is on. */
-void graft__topology_bind_worker(const graft_runtime *rt, int w, int n);
+/* Where the calling thread runs now (an OS PU index, or -1). */
+int graft__runtime_caller_pu(void);
+/* Bind the calling thread, worker w of a team of n, to its PU when binding
+ * is on.  Worker 0 is the caller, left where it is; caller_pu is where it
+ * runs (graft__runtime_caller_pu before the team started): the worker
+ * whose PU that is takes worker 0's, so two workers never share one. */
+void graft__topology_bind_worker(const graft_runtime *rt, int w, int n, int caller_pu);
 /* Parts a plan is partitioned into: domains that get at least one worker. */
 int graft__runtime_parts(const graft_runtime *rt);
 /* Domain of worker w of a team of n. */
@@ -216,7 +223,9 @@ int graft__topology_is_this_system(const graft__topology *t);
 /* The level "auto" resolves to: NUMA if several, else L3 if several, else none. */
 graft__level graft__topology_auto_level(const graft__topology *t);
 /* Bind the calling thread to usable PU number w (mod the PU count). */
-void graft__topology_bind(const graft__topology *t, int w);
+void graft__topology_bind(const graft__topology *t, int pu);
+graft_status graft__topology_worker_pus(const graft__topology *t, graft__level level, int parts,
+                                        int n, int *map);
 /* A short description "synthetic:pack:2 ..." or "this machine". */
 const char *graft__topology_source(const graft__topology *t);
 

@@ -111,24 +111,62 @@ int graft__topology_is_this_system(const graft__topology *t) { return t->this_sy
 
 const char *graft__topology_source(const graft__topology *t) { return t->source; }
 
-/* Bind the calling thread to the w-th usable PU (modulo their count).  A
- * thread remembers where it is bound, so a warm OpenMP pool pays the system
- * call once. */
-void graft__topology_bind(const graft__topology *t, int w) {
+/* The usable PUs of domain d at level (all of them at GRAFT__LEVEL_NONE),
+ * as OS indexes in logical order, into out (room for pus); their count. */
+static int domain_pus(const graft__topology *t, graft__level level, int d, int *out) {
+  hwloc_const_bitmap_t set = t->usable;
+  if (level != GRAFT__LEVEL_NONE && level != GRAFT__LEVEL_AUTO) {
+    hwloc_obj_type_t type = level_type(level);
+    int total = hwloc_get_nbobjs_by_type(t->topo, type), k = 0;
+    for (int i = 0; i < total; i++) {
+      hwloc_obj_t o = hwloc_get_obj_by_type(t->topo, type, (unsigned)i);
+      if (!o || !o->cpuset || !hwloc_bitmap_intersects(o->cpuset, t->usable)) continue;
+      if (k++ == d) {
+        set = o->cpuset;
+        break;
+      }
+    }
+  }
+  int n = 0;
+  for (int pu = hwloc_bitmap_first(set); pu >= 0; pu = hwloc_bitmap_next(set, pu))
+    if (hwloc_bitmap_isset(t->usable, (unsigned)pu)) out[n++] = pu;
+  return n;
+}
+
+/* The PU (OS index) of each of n workers, for binding: worker w belongs to
+ * domain w * parts / n (graft__runtime_worker_domain) and takes the PUs of
+ * that domain in order (compact), wrapping when the domain has fewer PUs
+ * than workers.  map: room for n. */
+graft_status graft__topology_worker_pus(const graft__topology *t, graft__level level, int parts,
+                                        int n, int *map) {
+  int *pus = graft__malloc((size_t)graft__topology_pus(t) * sizeof *pus);
+  if (!pus) return GRAFT_ENOMEM;
+  if (level == GRAFT__LEVEL_AUTO) level = graft__topology_auto_level(t);
+  for (int w = 0, d = -1, count = 0, first = 0; w < n; w++) {
+    int dw = (int)((int64_t)w * parts / n);
+    if (dw != d) {
+      d = dw;
+      first = w;
+      count = domain_pus(t, parts > 1 ? level : GRAFT__LEVEL_NONE, d, pus);
+    }
+    map[w] = count > 0 ? pus[(w - first) % count] : -1;
+  }
+  graft__free(pus);
+  return GRAFT_OK;
+}
+
+/* Bind the calling thread to the PU of OS index pu.  A thread remembers
+ * where it is bound, so a warm OpenMP pool pays the system call once. */
+void graft__topology_bind(const graft__topology *t, int pu) {
   static _Thread_local const graft__topology *bound_topo;
   static _Thread_local int bound_pu = -1;
-  int n = graft__topology_pus(t), target = w % n, k = 0;
-  if (bound_topo == t && bound_pu == target) return;
-  for (int pu = hwloc_bitmap_first(t->usable); pu >= 0; pu = hwloc_bitmap_next(t->usable, pu), k++) {
-    if (k != target) continue;
-    hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    if (!set) return;
-    hwloc_bitmap_only(set, (unsigned)pu);
-    if (hwloc_set_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD) == 0) {
-      bound_topo = t;
-      bound_pu = target;
-    }
-    hwloc_bitmap_free(set);
-    return;
+  if (pu < 0 || (bound_topo == t && bound_pu == pu)) return;
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (!set) return;
+  hwloc_bitmap_only(set, (unsigned)pu);
+  if (hwloc_set_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD) == 0) {
+    bound_topo = t;
+    bound_pu = pu;
   }
+  hwloc_bitmap_free(set);
 }

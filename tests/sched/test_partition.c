@@ -308,6 +308,39 @@ static void test_graft__plan_partition__chain_stays_in_one_part(void **state) {
   graft_tensor_destroy(x);
 }
 
+/* Binding places each worker on a PU of its own domain (the one
+ * graft__runtime_worker_domain gives it), distinct PUs while the domain has
+ * enough, compact from the domain's first PU; without domains, worker w
+ * takes PU w (modulo the count). */
+static void test_graft__topology_worker_pus__inside_the_workers_domain(void **state) {
+  (void)state;
+  static const struct {
+    const char *partition;
+    int threads;
+  } cfgs[] = {{"numa", 4}, {"numa", 8}, {"numa", 16}, {"numa", 24}, {"package", 6},
+              {"none", 16}, {"none", 20}};
+  for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+    graft_runtime *rt = runtime("pack:2 numa:2 core:4 pu:1", cfgs[c].partition, cfgs[c].threads, "ws");
+    int n = cfgs[c].threads, parts = graft__runtime_parts(rt), map[32];
+    /* PUs per domain: 16 PUs split evenly, in OS order (synthetic). */
+    int per = 16 / rt->n_domains;
+    assert_int_equal(graft__topology_worker_pus(rt->topo, rt->level, parts, n, map), GRAFT_OK);
+    for (int w = 0; w < n; w++) {
+      int d = graft__runtime_worker_domain(rt, w, n);
+      if (parts == 1) {
+        assert_int_equal(map[w], w % 16);
+        continue;
+      }
+      if (map[w] / per != d)
+        fail_msg("%s/%d: worker %d (domain %d) on PU %d", cfgs[c].partition, n, w, d, map[w]);
+      int first = 0;
+      while (graft__runtime_worker_domain(rt, first, n) != d) first++;
+      assert_int_equal(map[w], d * per + (w - first) % per);
+    }
+    graft_runtime_destroy(rt);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graft__plan_partition__numa_16_branches),
@@ -318,6 +351,7 @@ int main(void) {
       cmocka_unit_test(test_graft__plan_partition__none_one_part),
       cmocka_unit_test(test_graft__plan_partition__fewer_threads_than_domains),
       cmocka_unit_test(test_graft__plan_partition__chain_stays_in_one_part),
+      cmocka_unit_test(test_graft__topology_worker_pus__inside_the_workers_domain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
