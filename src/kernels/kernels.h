@@ -27,16 +27,24 @@ typedef struct graft__tview {
   int64_t numel;
   graft_dtype dtype;
   int rank;
-  int64_t shape[GRAFT_MAX_RANK];
+  /* rank dims, stored apart (a plan's shape store) so a view is 32 bytes:
+   * executors stream one per node, and most kernels never read the dims */
+  const int64_t *shape;
 } graft__tview;
 
 typedef struct graft__kargs {
   const graft__node *node;     /* op and attributes (node->fill, node->attr) */
   int n_in;
+  /* For the executors (a plan's kargs are read once per node, so what the
+   * hot path needs lives here): whole = 1 when the node runs as one tile
+   * covering all its units, fn its kernel, units its unit count. */
+  int32_t whole;
   const graft__tview *const *in; /* n_in input views */
   const graft__tview *out;
   /* A failing kernel writes its reason here (without op name prefix). */
   char *msg;                   /* GRAFT__MSG_LEN bytes */
+  graft_status (*fn)(const struct graft__kargs *k, int64_t begin, int64_t end);
+  int64_t units;
 } graft__kargs;
 
 typedef graft_status (*graft__kernel_fn)(const graft__kargs *k, int64_t begin, int64_t end);

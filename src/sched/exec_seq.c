@@ -11,7 +11,6 @@ void graft__exec_fail_msg(const graft__plan *p, uint32_t id, const char *reason,
 }
 
 graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reason) {
-  const graft__tiling *tl = &p->tiling[i];
   graft__kargs k = p->kargs[i];
   k.msg = reason;
   reason[0] = '\0';
@@ -19,14 +18,16 @@ graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reaso
     graft_status st = graft__exec_fault_hook(p->order[i], t);
     if (st != GRAFT_OK) return st;
   }
-  if (tl->n == 1 && !tl->split_r) return p->kfn[i](&k, 0, tl->units);
+  /* One tile over all units: the common case, which reads only kargs. */
+  if (k.whole) return k.fn(&k, 0, k.units);
+  const graft__tiling *tl = &p->tiling[i];
   if (tl->split_r) {
     int64_t r0 = tl->split_r * t / tl->n, r1 = tl->split_r * (t + 1) / tl->n;
     return graft__kernel_partial(&k, r0, r1, p->scratch + p->scratch_off[i] + 2 * t * k.out->numel);
   }
   int64_t b, e;
   graft__tile_range(tl, t, &b, &e);
-  return p->kfn[i](&k, b, e);
+  return k.fn(&k, b, e);
 }
 
 graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason) {
@@ -43,10 +44,12 @@ graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason) {
 graft_status graft__exec_seq(graft__plan *p, char *msg) {
   char reason[GRAFT__MSG_LEN];
   for (uint32_t i = 0; i < p->n_order; i++) {
-    graft_status st = GRAFT_OK;
-    int32_t n = p->tiling[i].n;
-    for (int64_t t = 0; t < n && st == GRAFT_OK; t++) st = graft__exec_tile(p, i, t, reason);
-    if (st == GRAFT_OK && p->tiling[i].split_r) st = graft__exec_finish(p, i, reason);
+    graft_status st = graft__exec_tile(p, i, 0, reason);
+    if (!p->kargs[i].whole) {
+      int32_t n = p->tiling[i].n;
+      for (int64_t t = 1; t < n && st == GRAFT_OK; t++) st = graft__exec_tile(p, i, t, reason);
+      if (st == GRAFT_OK && p->tiling[i].split_r) st = graft__exec_finish(p, i, reason);
+    }
     if (st != GRAFT_OK) {
       graft__exec_fail_msg(p, p->order[i], reason[0] ? reason : graft_status_str(st), msg);
       return st;

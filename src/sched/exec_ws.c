@@ -166,8 +166,9 @@ static inline void push_or_fail(ctx *c, worker *me, uint32_t i, uint64_t item) {
 
 /* All tiles of order position i are ready: push them, keeping one inline. */
 static inline __attribute__((always_inline)) void ready(ctx *c, worker *me, local *l, uint32_t i) {
-  int32_t n = c->p->tiling[i].n;
-  for (int32_t t = n - 1; t >= 1; t--) push_or_fail(c, me, i, ((uint64_t)i << 32) | (uint32_t)t);
+  if (!c->p->kargs[i].whole)
+    for (int32_t t = c->p->tiling[i].n - 1; t >= 1; t--)
+      push_or_fail(c, me, i, ((uint64_t)i << 32) | (uint32_t)t);
   if (!l->have_next) {
     l->next = (uint64_t)i << 32;
     l->have_next = 1;
@@ -226,7 +227,7 @@ static inline void run_task(ctx *c, worker *me, local *l, int wid, uint64_t item
   graft_status st = graft__exec_tile(p, i, t, me->msg);
   if (c->tracing) record(c, me, wid, ts, now_us() - ts, p->order[i], t, -1);
   if (st != GRAFT_OK) fail(c, i, st, me->msg);
-  if (p->tiling[i].n == 1 || arrive(c, &c->s->tiles_left[i], p->tiling[i].n)) {
+  if (p->kargs[i].whole || arrive(c, &c->s->tiles_left[i], p->tiling[i].n)) {
     if (p->tiling[i].split_r && st == GRAFT_OK && (st = graft__exec_finish(p, i, me->msg)))
       fail(c, i, st, me->msg);
     complete(c, me, l, i);

@@ -15,10 +15,10 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->live);
   graft__free(p->order);
   graft__free(p->views);
+  graft__free(p->shapes);
   graft__free(p->vslot);
   graft__free(p->in_ptrs);
   graft__free(p->kargs);
-  graft__free(p->kfn);
   graft__free(p->var_reads);
   graft__free(p->assigns);
   graft__free(p->assign_direct);
@@ -100,9 +100,11 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
       goto out;
     }
     graft__tview *v = graft__plan_view(p, id);
+    int64_t *dims = p->shapes + (size_t)id * GRAFT_MAX_RANK;
     v->dtype = o.dtype;
     v->rank = o.rank;
-    memcpy(v->shape, o.dims, sizeof v->shape);
+    memcpy(dims, o.dims, GRAFT_MAX_RANK * sizeof *dims);
+    v->shape = dims;
     v->numel = graft__numel(o.rank, o.dims);
     if (v->numel < 0) {
       st = GRAFT_ESHAPE;
@@ -316,9 +318,8 @@ static graft_status args(graft__plan *p) {
   for (uint32_t i = 0; i < p->n_order; i++) n_ins += graft__graph_node(g, p->order[i])->n_in;
   size_t n = p->n_order ? p->n_order : 1;
   p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
-  p->kfn = graft__malloc(n * sizeof *p->kfn);
   p->kargs = graft__calloc(n, sizeof *p->kargs);
-  if (!p->in_ptrs || !p->kfn || !p->kargs) return GRAFT_ENOMEM;
+  if (!p->in_ptrs || !p->kargs) return GRAFT_ENOMEM;
   int64_t k = 0;
   for (uint32_t i = 0; i < p->n_order; i++) {
     uint32_t id = p->order[i];
@@ -329,7 +330,7 @@ static graft_status args(graft__plan *p) {
     ka->in = &p->in_ptrs[k];
     for (int j = 0; j < nd->n_in; j++) p->in_ptrs[k++] = graft__plan_view(p, nd->in[j]);
     ka->out = graft__plan_view(p, id);
-    p->kfn[i] = graft__kernels[nd->op].run;
+    ka->fn = graft__kernels[nd->op].run;
   }
   return GRAFT_OK;
 }
@@ -493,10 +494,12 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
   p->live = graft__malloc(n);
   p->order = graft__malloc(n * sizeof *p->order);
   p->views = graft__calloc(n, sizeof *p->views);
+  p->shapes = graft__calloc(n * GRAFT_MAX_RANK, sizeof *p->shapes);
   p->vslot = graft__malloc(n * sizeof *p->vslot);
   p->offset = graft__malloc(n * sizeof *p->offset);
   p->binding = graft__malloc((size_t)(g->n_syms ? g->n_syms : 1) * sizeof *p->binding);
-  if (!p->live || !p->order || !p->views || !p->vslot || !p->offset || !p->binding) goto nomem;
+  if (!p->live || !p->order || !p->views || !p->shapes || !p->vslot || !p->offset || !p->binding)
+    goto nomem;
   for (int64_t i = 0; i < g->n_syms; i++) p->binding[i] = -1;
   for (uint32_t id = 0; id < g->n_nodes; id++) p->vslot[id] = id;
   graft__graph_prune(g, p->live);

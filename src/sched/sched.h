@@ -33,11 +33,12 @@ typedef struct graft__plan {
   graft__tview *views;      /* concrete views, compute nodes first in order
                                (so executors read them front to back); use
                                graft__plan_view */
+  int64_t *shapes;          /* per graph node id: GRAFT_MAX_RANK dims, where
+                               its view's shape points */
   uint32_t *vslot;          /* per graph node: its index in views */
   const graft__tview **in_ptrs; /* kargs input lists, flattened */
-  graft__kargs *kargs;      /* per order position */
-  graft__kernel_fn *kfn;    /* per order position: the node's kernel, so the
-                               hot path never touches the graph node */
+  graft__kargs *kargs;      /* per order position (with the node's kernel,
+                               so the hot path never touches the graph node) */
   int64_t *binding;         /* per symbol */
   size_t *offset;           /* per graph node: arena offset, SIZE_MAX if none */
   unsigned char *arena;

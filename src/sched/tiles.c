@@ -105,6 +105,8 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
   for (uint32_t i = 0; i < p->n_order; i++) {
     p->work[i] = graft__plan_node_work(p, i);
     tile_node(p, i, grain, &p->tiling[i]);
+    p->kargs[i].whole = p->tiling[i].n == 1 && !p->tiling[i].split_r;
+    p->kargs[i].units = p->tiling[i].units;
     p->n_tasks += p->tiling[i].n;
     p->scratch_off[i] = scratch;
     if (p->tiling[i].split_r) scratch += 2 * (int64_t)p->tiling[i].n * graft__plan_view(p, p->order[i])->numel;
