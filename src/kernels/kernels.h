@@ -37,8 +37,11 @@ typedef struct graft__kargs {
   int n_in;
   /* For the executors (a plan's kargs are read once per node, so what the
    * hot path needs lives here): whole = 1 when the node runs as one tile
-   * covering all its units, fn its kernel, units its unit count. */
-  int32_t whole;
+   * covering all its units, defer = 1 when the work-stealing executor
+   * runs it only after critical work (sched/tiles.c), fn its kernel,
+   * units its unit count. */
+  int16_t whole;
+  int16_t defer;
   const graft__tview *const *in; /* n_in input views */
   const graft__tview *out;
   /* A failing kernel writes its reason here (without op name prefix). */

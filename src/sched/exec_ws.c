@@ -11,8 +11,10 @@
  * worker hands the upper half of it to its deque only while some worker is
  * hungry, so a wide fan-out (or a million sources) costs one push per split,
  * not one per node.  Idle workers steal, victims of their own domain first,
- * then the others; they spin briefly, then yield, then sleep.  Nothing on
- * the hot path takes a lock or allocates (deques are sized at first use and
+ * then the others; they spin briefly, then yield, then sleep.  Tiles of
+ * deferred nodes (big side work off the critical path, tiles.c) wait in a
+ * second deque per worker, popped or stolen only when no other work is
+ * found.  Nothing on the hot path takes a lock or allocates (deques are sized at first use and
  * grow only if a graph outgrows them).  Sources (nodes with no compute
  * predecessor) start on the workers of their partition part's domain.
  *
@@ -34,6 +36,7 @@
 
 typedef struct worker {
   graft__deque dq;
+  graft__deque later;          /* tiles of deferred nodes (tiles.c) */
   _Atomic int64_t done;        /* nodes this worker completed, published
                                   by the owner before it looks for work
                                   elsewhere (not per node: idle workers
@@ -97,6 +100,7 @@ void graft__exec_state_destroy(struct graft__exec_state *s) {
   if (!s) return;
   for (int i = 0; i < s->n; i++) {
     graft__deque_destroy(&s->w[i].dq);
+    graft__deque_destroy(&s->w[i].later);
     graft__free(s->w[i].ev);
   }
   graft__free(s->w);
@@ -129,10 +133,12 @@ static graft_status state_get(graft__plan *p, int n, struct graft__exec_state **
   s->dirty = 1; /* counters not set yet */
   /* A deque never holds more than every task of the plan, so sizing each
    * for that means execution never allocates: no out-of-memory can strike
-   * after kernels started writing the caller's outputs. */
+   * after kernels started writing the caller's outputs (the later deques:
+   * every deferred tile). */
   int64_t cap = GRAFT__MAX(p->n_tasks, 16);
   for (int i = 0; i < n; i++) {
-    if (graft__deque_init(&s->w[i].dq, cap)) {
+    if (graft__deque_init(&s->w[i].dq, cap) || graft__deque_init(&s->w[i].later, p->n_deferred)) {
+      graft__deque_destroy(&s->w[i].dq);
       s->n = i;
       graft__exec_state_destroy(s);
       return GRAFT_ENOMEM;
@@ -164,8 +170,15 @@ static inline void push_or_fail(ctx *c, worker *me, uint32_t i, uint64_t item) {
   if (graft__deque_push(&me->dq, item) != GRAFT_OK) fail(c, i, GRAFT_ENOMEM, "out of memory growing a task deque");
 }
 
-/* All tiles of order position i are ready: push them, keeping one inline. */
+/* All tiles of order position i are ready: push them, keeping one inline;
+ * a deferred node's tiles all go to the worker's later deque. */
 static inline __attribute__((always_inline)) void ready(ctx *c, worker *me, local *l, uint32_t i) {
+  if (c->p->kargs[i].defer && !c->solo) {
+    for (int32_t t = c->p->tiling[i].n - 1; t >= 0; t--)
+      if (graft__deque_push(&me->later, ((uint64_t)i << 32) | (uint32_t)t) != GRAFT_OK)
+        fail(c, i, GRAFT_ENOMEM, "out of memory growing a task deque");
+    return;
+  }
   if (!c->p->kargs[i].whole)
     for (int32_t t = c->p->tiling[i].n - 1; t >= 1; t--)
       push_or_fail(c, me, i, ((uint64_t)i << 32) | (uint32_t)t);
@@ -241,7 +254,8 @@ static uint32_t item_node(const graft__plan *p, uint64_t item) {
   return p->order[(item & SRC_BIT) ? p->sources[a] : p->succ[a]];
 }
 
-static int try_steal(ctx *c, int wid, uint64_t *item) {
+/* Steal from another worker's deque (later: its later deque). */
+static int try_steal(ctx *c, int wid, uint64_t *item, int later) {
   int n = c->team;
   if (n == 1) return 0;
   int my = graft__runtime_worker_domain(c->rt, wid, n);
@@ -252,7 +266,8 @@ static int try_steal(ctx *c, int wid, uint64_t *item) {
       int same = graft__runtime_worker_domain(c->rt, v, n) == my;
       if (same != (pass == 0)) continue;
       int r;
-      while ((r = graft__deque_steal(&c->s->w[v].dq, item)) < 0) {
+      graft__deque *dq = later ? &c->s->w[v].later : &c->s->w[v].dq;
+      while ((r = graft__deque_steal(dq, item)) < 0) {
       }
       if (r == 1) {
         worker *me = &c->s->w[wid];
@@ -348,7 +363,8 @@ static void worker_main(ctx *c, int wid) {
       continue;
     } else if (!(c->solo ? graft__deque_pop_solo(&me->dq, &item)
                          : graft__deque_pop(&me->dq, &item)) &&
-               !try_steal(c, wid, &item)) {
+               !try_steal(c, wid, &item, 0) && !(!c->solo && graft__deque_pop(&me->later, &item)) &&
+               !try_steal(c, wid, &item, 1)) {
       if (!is_hungry) {
         is_hungry = 1;
         atomic_fetch_add_explicit(&c->s->hungry, 1, memory_order_relaxed);
@@ -413,6 +429,7 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
     graft__topology_bind_worker(rt, wid, c.team, caller_pu);
     worker *me = &s->w[wid];
     graft__deque_reset(&me->dq);
+    graft__deque_reset(&me->later);
     atomic_store_explicit(&me->done, 0, memory_order_relaxed);
     me->steals = 0;
     me->n_ev = 0;
@@ -429,7 +446,10 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
     worker_main(&c, wid);
   }
 
-  for (int i = 0; i < c.team; i++) graft__deque_reclaim(&s->w[i].dq);
+  for (int i = 0; i < c.team; i++) {
+    graft__deque_reclaim(&s->w[i].dq);
+    graft__deque_reclaim(&s->w[i].later);
+  }
   if (c.tracing)
     for (int i = 0; i < c.team; i++)
       graft__chrome_write(rt->trace, p->g->name, s->w[i].ev, s->w[i].n_ev, node_name, p->g);

@@ -79,6 +79,7 @@ typedef struct graft__plan {
   uint32_t n_sources;
   uint32_t *src_off;        /* n_parts + 1: part k's sources start at src_off[k] */
   int64_t n_tasks;          /* sum of tiles */
+  int64_t n_deferred;       /* tiles of deferred nodes (kargs.defer) */
   double *scratch;          /* partials of split reductions */
   int64_t *scratch_off;     /* per order position, in doubles */
   struct graft__exec_state *ws; /* lazily built work-stealing state */
@@ -139,7 +140,8 @@ graft_status graft__plan_order(const graft__plan *p, uint32_t *seq);
 /* ---- tiles (tiles.c) ------------------------------------------------------ */
 /* Work estimate of order position i (cost column x elements or MACs). */
 int64_t graft__plan_node_work(const graft__plan *p, uint32_t i);
-/* Fill p->tiling, p->work and p->n_tasks for the grain. */
+/* Fill p->tiling, p->work, p->n_tasks, the kargs' whole and defer flags and
+ * p->n_deferred for the grain. */
 graft_status graft__plan_tile(graft__plan *p, int64_t grain);
 /* Units [*b, *e) of tile t. */
 static inline void graft__tile_range(const graft__tiling *tl, int64_t t, int64_t *b, int64_t *e) {

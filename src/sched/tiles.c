@@ -93,6 +93,40 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   tl->n = (int32_t)((units + tl->len - 1) / tl->len);
 }
 
+/* Deferred nodes: big side work off the critical path.  A node's bottom
+ * level is its work plus the largest bottom level among its successors (the
+ * work still ahead of it on its longest path); the plan's critical path is
+ * the largest.  A node split into tiles whose bottom level is under
+ * 1/DEFER_SHARE of the critical path (a weight update hanging off a
+ * backward pass, say) is one the work-stealing executor runs only when no
+ * other ready work is left to run or steal: a worker that finishes it
+ * early is better spent on the tiles the rest of the graph waits for.
+ * Single-tile nodes are never deferred (their bookkeeping would cost more
+ * than any imbalance they cause).  Shapes and the grain decide it, and it
+ * changes only the order tiles run in, never what they compute. */
+#define DEFER_SHARE 8
+
+static graft_status mark_deferred(graft__plan *p) {
+  size_t n = p->n_order ? p->n_order : 1;
+  int64_t *bottom = graft__malloc(n * sizeof *bottom);
+  if (!bottom) return GRAFT_ENOMEM;
+  int64_t cp = 0;
+  for (uint32_t i = p->n_order; i-- > 0;) {
+    int64_t below = 0;
+    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
+      below = GRAFT__MAX(below, bottom[p->succ[e]]);
+    bottom[i] = p->work[i] + below;
+    cp = GRAFT__MAX(cp, bottom[i]);
+  }
+  p->n_deferred = 0;
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    p->kargs[i].defer = !p->kargs[i].whole && bottom[i] < cp / DEFER_SHARE;
+    if (p->kargs[i].defer) p->n_deferred += p->tiling[i].n;
+  }
+  graft__free(bottom);
+  return GRAFT_OK;
+}
+
 graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
   size_t n = p->n_order ? p->n_order : 1;
   p->work = graft__malloc(n * sizeof *p->work);
@@ -112,5 +146,5 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
     if (p->tiling[i].split_r) scratch += 2 * (int64_t)p->tiling[i].n * graft__plan_view(p, p->order[i])->numel;
   }
   p->scratch = graft__aligned_alloc((size_t)(scratch ? scratch : 1) * sizeof *p->scratch, GRAFT__ALIGN);
-  return p->scratch ? GRAFT_OK : GRAFT_ENOMEM;
+  return p->scratch ? mark_deferred(p) : GRAFT_ENOMEM;
 }

@@ -1,6 +1,7 @@
 /* The partitioner on synthetic topologies: independent branches stay whole
  * in one part and spread evenly over the parts, a long chain stays in one
- * part, and the partition level decides the part count.  Every plan's
+ * part, and the partition level decides the part count.  Also where the
+ * plan puts its workers (binding) and which side work it defers.  Every plan's
  * output is also bitwise equal to the sequential executor's.
  *
  * Branches are found in the plan through the node ids of their values (a
@@ -308,6 +309,88 @@ static void test_graft__plan_partition__chain_stays_in_one_part(void **state) {
   graft_tensor_destroy(x);
 }
 
+/* ---- deferred side work ------------------------------------------------- */
+
+enum { SPINE = 16 };
+
+typedef struct spine {
+  uint32_t chain[SPINE], side;  /* node ids, filled by the trace */
+} spine;
+
+/* x -> SPINE tanh in a row (out[0]), and sin(x) on the side (out[1]): every
+ * op is a 512 x 512 elementwise op, tiled at the default grain. */
+static graft_status spine_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  spine *sp = user;
+  graft_value *h = in[0];
+  for (int i = 0; i < SPINE; i++) {
+    h = graft_tanh(t, h);
+    sp->chain[i] = id_of(h);
+  }
+  out[0] = h;
+  out[1] = graft_sin(t, in[0]);
+  sp->side = id_of(out[1]);
+  return GRAFT_OK;
+}
+
+static const graft__kargs *kargs_of(const graft__plan *p, uint32_t id) {
+  for (uint32_t i = 0; i < p->n_order; i++)
+    if (p->order[i] == id) return &p->kargs[i];
+  fail_msg("node #%u is not in the plan", id);
+  return NULL;
+}
+
+/* A tiled node whose remaining path is under 1/8 of the critical path is
+ * deferred (the side op, and the chain's last op); the rest of the chain is
+ * not; the later deques hold exactly the deferred tiles; and deferring
+ * changes nothing in the results, at any thread count. */
+static void test_graft__plan_tile__defers_side_work(void **state) {
+  (void)state;
+  tu_rng r = {0x5de7ull};
+  const int64_t xs[] = {512, 512};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, xs, -1, 1);
+  graft_tensor *want[2] = {NULL, NULL};
+  for (int threads = 1; threads <= 3; threads++) {
+    graft_runtime *rt = runtime(NULL, NULL, threads, threads == 1 ? "seq" : "ws");
+    spine sp;
+    graft_function_desc d = {.name = "spine", .trace = spine_trace, .user = &sp,
+                             .n_inputs = 1, .n_outputs = 2};
+    graft_function *f = NULL;
+    assert_int_equal(graft_function_create(rt, &d, &f), GRAFT_OK);
+    graft_tensor *y[2] = {NULL, NULL};
+    graft_status st = graft_function_call(f, 1, &x, 2, y);
+    if (st) fail_msg("call: %s: %s", graft_status_name(st), graft_function_errmsg(f));
+    const graft__plan *p = graft__function_plan(f);
+    const graft__kargs *side = kargs_of(p, sp.side);
+    assert_int_equal(side->whole, 0);
+    assert_int_equal(side->defer, 1);
+    for (int i = 0; i < SPINE - 2; i++) {
+      assert_int_equal(kargs_of(p, sp.chain[i])->whole, 0);
+      assert_int_equal(kargs_of(p, sp.chain[i])->defer, 0);
+    }
+    assert_int_equal(kargs_of(p, sp.chain[SPINE - 1])->defer, 1);
+    int64_t deferred = 0;
+    for (uint32_t i = 0; i < p->n_order; i++)
+      if (p->kargs[i].defer) deferred += p->tiling[i].n;
+    assert_true(deferred >= 2);
+    assert_int_equal(p->n_deferred, deferred);
+    for (int k = 0; k < 2; k++) {
+      if (!want[k]) {
+        want[k] = y[k];
+      } else {
+        assert_bitwise_equal(y[k], want[k]);
+        graft_tensor_destroy(y[k]);
+      }
+    }
+    graft_function_destroy(f);
+    graft_runtime_destroy(rt);
+  }
+  graft_tensor_destroy(want[0]);
+  graft_tensor_destroy(want[1]);
+  graft_tensor_destroy(x);
+}
+
 /* Binding places each worker on a PU of its own domain (the one
  * graft__runtime_worker_domain gives it), distinct PUs while the domain has
  * enough, compact from the domain's first PU; without domains, worker w
@@ -352,6 +435,7 @@ int main(void) {
       cmocka_unit_test(test_graft__plan_partition__fewer_threads_than_domains),
       cmocka_unit_test(test_graft__plan_partition__chain_stays_in_one_part),
       cmocka_unit_test(test_graft__topology_worker_pus__inside_the_workers_domain),
+      cmocka_unit_test(test_graft__plan_tile__defers_side_work),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
