@@ -41,6 +41,7 @@ typedef struct mm_shape {
 static const mm_shape DEFAULT_SHAPES[] = {
     {128, 128, 128},   {512, 512, 512},   {1024, 1024, 1024}, /* square */
     {256, 784, 1024},  {256, 1024, 1024}, {256, 1024, 10},     /* MLP layers */
+    {4096, 4096, 1},                                          /* matrix-vector */
 };
 
 typedef struct options {

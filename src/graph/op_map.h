@@ -11,8 +11,9 @@
  *   tile        how the scheduler may split the op's units into tiles:
  *               UNITS any split (elementwise, shape ops, reductions by output
  *               element, softmax rows); GEMM column blocks of at least
- *               GRAFT__MM_MIN_COLS columns within one batch (each one gemm
- *               call), or whole batches; ONE never split
+ *               GRAFT__MM_MIN_COLS columns within one batch (row blocks of
+ *               at least GRAFT__MM_MIN_ROWS rows for narrower outputs; each
+ *               one gemm call), or whole batches; ONE never split
  */
 #ifndef GRAFT_OP_MAP_H
 #define GRAFT_OP_MAP_H

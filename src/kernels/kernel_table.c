@@ -3,7 +3,7 @@
  * not its output elements. */
 #include <stddef.h>
 
-#include "kernels/kernels.h"
+#include "kernels/kernels_int.h"
 
 /* Per-op exceptions are looked up with the "probe" idiom: for a macro
  * PREFIX_<ENUM> defined as `~, value`, SECOND(PREFIX_<ENUM>, fallback, ~)
@@ -42,12 +42,12 @@ _Static_assert(GRAFT__COUNT(graft__kernels) == GRAFT__OP_COUNT,
 enum units_rule {
   UNITS_NUMEL,   /* output elements */
   UNITS_NONE,    /* no kernel runs */
-  UNITS_COLS,    /* output columns over all batches: numel / second-to-last dim */
+  UNITS_GEMM,    /* output columns, or rows, over all batches (graft__mm_by_rows) */
   UNITS_LANES,   /* vectors along attr.axis.axis: numel / that dim */
   UNITS_ONE      /* one indivisible unit */
 };
 
-#define UNITS_RULE_MATMUL ~, UNITS_COLS
+#define UNITS_RULE_MATMUL ~, UNITS_GEMM
 #define UNITS_RULE_SOFTMAX ~, UNITS_LANES
 #define UNITS_RULE_LOG_SOFTMAX ~, UNITS_LANES
 #define UNITS_RULE_SOFTMAX_XENT ~, UNITS_ONE
@@ -74,10 +74,12 @@ int64_t graft__kernel_units(const graft__kargs *k) {
     return 0;
   case UNITS_ONE:
     return 1;
-  case UNITS_COLS:
+  case UNITS_GEMM: {
     if (out->rank < 2)
       return out->numel;
-    return count_over(out->numel, out->shape[out->rank - 2]);
+    int64_t M = out->shape[out->rank - 2], N = out->shape[out->rank - 1];
+    return count_over(out->numel, graft__mm_by_rows(M, N) ? N : M);
+  }
   case UNITS_LANES: {
     int axis = k->node->attr.axis.axis;
     if (axis < 0 || axis >= out->rank)

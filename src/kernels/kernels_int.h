@@ -8,19 +8,30 @@
 
 #include "kernels/kernels.h"
 
-/* Plain triple-loop matmul with the same arguments, units (output columns
- * over all batches) and broadcasting as graft__k_MATMUL; accumulates in
- * double.  Tests use it as the oracle for the BLAS path. */
+/* Plain triple-loop matmul with the same arguments, units and broadcasting
+ * as graft__k_MATMUL; accumulates in double.  Tests use it as the oracle for
+ * the BLAS path. */
 graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end);
 
-/* GEMM tiling (sched/tiles.c) of graft__k_MATMUL's column units: every gemm
- * call repacks the whole op(a) (M x K), so a tile gets at least
- * GRAFT__MM_MIN_COLS columns (M * K * GRAFT__MM_MIN_COLS multiply-adds per
- * M * K elements packed), and tile widths are multiples of
- * GRAFT__MM_COL_ALIGN columns so that only a batch's last tile has a
- * ragged edge. */
+/* GEMM units and tiling (sched/tiles.c).  A matmul's units are its output
+ * columns over all batches, or its output rows when the output is too
+ * narrow for column tiles (N < GRAFT__MM_MIN_COLS: a classifier head, a
+ * matrix-vector product), so such a product still splits across workers.
+ * Every gemm call over columns repacks the whole op(a) (M x K), so a column
+ * tile gets at least GRAFT__MM_MIN_COLS columns (M * K * GRAFT__MM_MIN_COLS
+ * multiply-adds per M * K elements packed); a row tile repacks the narrow
+ * op(b) (K x N) and gets at least GRAFT__MM_MIN_ROWS rows.  Tile extents
+ * are multiples of GRAFT__MM_COL_ALIGN (GRAFT__MM_ROW_ALIGN) so that only a
+ * batch's last tile has a ragged edge. */
 #define GRAFT__MM_MIN_COLS 256
 #define GRAFT__MM_COL_ALIGN 16
+#define GRAFT__MM_MIN_ROWS 64
+#define GRAFT__MM_ROW_ALIGN 16
+
+/* Whether an M x N product's units are rows (else columns). */
+static inline int graft__mm_by_rows(int64_t M, int64_t N) {
+  return N < GRAFT__MM_MIN_COLS && M > N;
+}
 
 /* The OpenBLAS threading variant as openblas_get_parallel() reports it:
  * 0 sequential, 1 pthreads, 2 OpenMP; -1 when the BLAS is not OpenBLAS.

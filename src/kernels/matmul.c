@@ -5,19 +5,25 @@
  * the last two dims under GRAFT_TRANS_A / GRAFT_TRANS_B and the leading
  * (batch) dims of a and b broadcast NumPy-style to those of out.
  *
- * Units are output columns over all batches (batch count * N).  A call for
- * units [begin, end) issues one gemm per batch it touches, over all M rows
- * and the columns [j0, j1) of that batch inside the range: op(b)[:, j0:j1]
- * starts j0 columns into the stored b, or j0 rows down when b is stored
- * transposed (same ldb either way), and the result goes to out[:, j0:j1]
- * with ldc = N.  No internal blocking: a single call over all units is one
- * gemm per batch, exactly what a direct CBLAS call would do.
+ * Units are output columns over all batches (batch count * N), or output
+ * rows (batch count * M) where graft__mm_by_rows says the output is too
+ * narrow for column tiles.  A call for units [begin, end) issues one gemm
+ * per batch it touches, over the block of that batch inside the range: all
+ * M rows and columns [j0, j1), or rows [i0, i1) and all N columns.
+ * op(b)[:, j0:j1] starts j0 columns into the stored b, or j0 rows down when
+ * b is stored transposed; op(a)[i0:i1, :] starts i0 rows down the stored a,
+ * or i0 columns in when a is stored transposed (same leading dims either
+ * way); the result goes to out[i0:i1, j0:j1] with ldc = N.  No internal
+ * blocking: a single call over all units is one gemm per batch, exactly
+ * what a direct CBLAS call would do (a gemv where the block is one column
+ * or one row).
  *
  * Why columns: OpenBLAS packs the whole op(a) (M x K) once per call but
  * op(b) only for the columns of the call, so a column split repeats only
  * the packing of op(a), which is amortized over the call's columns (the
  * tiler gives each tile at least GRAFT__MM_MIN_COLS of them).  A row split
- * would repack all of op(b) per call instead.
+ * repacks all of op(b) per call instead, which is cheap only when op(b) is
+ * narrow: hence rows for narrow outputs only.
  *
  * An optimized BLAS may sum an element differently depending on its place
  * in the call, so different splits of the units may differ in the last
@@ -38,6 +44,8 @@ typedef struct mm_geom {
   int64_t astep[GRAFT_MAX_RANK];  /* elements of a per step of out batch dim d (0: broadcast) */
   int64_t bstep[GRAFT_MAX_RANK];
   int64_t batches;
+  int rows;                       /* units are rows (else columns) */
+  int64_t per;                    /* units per batch: M or N */
 } mm_geom;
 
 /* Per out batch dim, how far a's (or b's) matrices move: 0 where the operand
@@ -90,6 +98,8 @@ static graft_status mm_setup(const graft__kargs *k, mm_geom *g) {
     g->bdim[d] = c->shape[d];
     g->batches *= c->shape[d];
   }
+  g->rows = graft__mm_by_rows(g->M, g->N);
+  g->per = g->rows ? g->M : g->N;
   graft_status st = batch_steps(k, a, g->M * g->K, g, g->astep, "a");
   if (st == GRAFT_OK)
     st = batch_steps(k, b, g->K * g->N, g, g->bstep, "b");
@@ -107,14 +117,18 @@ static void batch_offsets(const mm_geom *g, int64_t bi, int64_t *aoff, int64_t *
   }
 }
 
-/* Runs the trailing statements once per batch that columns [begin, end)
- * touch, with bi the batch, [j0, j1) its columns, and aoff / boff / coff
- * the element offsets of its matrices in a, b and out. */
-#define FOR_BATCH_COLS(g, begin, end, ...)                                    \
+/* Runs the trailing statements once per batch that units [begin, end)
+ * touch, with bi the batch, out[i0:i1, j0:j1] its block in the range (all
+ * rows or all columns, by the kind of unit), and aoff / boff / coff the
+ * element offsets of its matrices in a, b and out. */
+#define FOR_BATCH_BLOCK(g, begin, end, ...)                                   \
   do {                                                                        \
-    for (int64_t bi = (begin) / (g)->N; bi * (g)->N < (end); bi++) {          \
-      int64_t j0 = GRAFT__MAX((begin), bi * (g)->N) - bi * (g)->N;            \
-      int64_t j1 = GRAFT__MIN((end), (bi + 1) * (g)->N) - bi * (g)->N;        \
+    const int64_t per_ = (g)->per;                                            \
+    for (int64_t bi = (begin) / per_; bi * per_ < (end); bi++) {              \
+      int64_t u0 = GRAFT__MAX((begin), bi * per_) - bi * per_;                \
+      int64_t u1 = GRAFT__MIN((end), (bi + 1) * per_) - bi * per_;            \
+      int64_t i0 = (g)->rows ? u0 : 0, i1 = (g)->rows ? u1 : (g)->M;          \
+      int64_t j0 = (g)->rows ? 0 : u0, j1 = (g)->rows ? (g)->N : u1;          \
       int64_t aoff, boff, coff = bi * (g)->M * (g)->N;                        \
       batch_offsets((g), bi, &aoff, &boff);                                   \
       (void)aoff;                                                             \
@@ -123,26 +137,67 @@ static void batch_offsets(const mm_geom *g, int64_t bi, int64_t *aoff, int64_t *
     }                                                                         \
   } while (0)
 
-/* Zero columns [begin, end) (over all batches) of out. */
-static void zero_cols(const graft__kargs *k, const mm_geom *g, int64_t begin, int64_t end) {
+/* Zero the blocks of units [begin, end) of out. */
+static void zero_units(const graft__kargs *k, const mm_geom *g, int64_t begin, int64_t end) {
   size_t es = graft_dtype_size(k->out->dtype);
   char *c = k->out->data;
-  FOR_BATCH_COLS(g, begin, end, {
-    for (int64_t i = 0; i < g->M; i++)
+  FOR_BATCH_BLOCK(g, begin, end, {
+    for (int64_t i = i0; i < i1; i++)
       memset(c + (size_t)(coff + i * g->N + j0) * es, 0, (size_t)(j1 - j0) * es);
   });
 }
+
+/* out[i0:i1, j0:j1] = op(a)[i0:i1, :] @ op(b)[:, j0:j1] for one batch's
+ * matrices a, b, c (K > 0): one gemm, or one gemv where the block is a
+ * single column (a matrix-vector product) or a single row (OpenBLAS's gemm
+ * is several times slower than its gemv on those).  The choice depends on
+ * the block's shape only, so a tile always makes the same call. */
+#define DEF_BLOCK(NAME, T, GEMM, GEMV)                                                  \
+  static void NAME(const mm_geom *g, const T *a, const T *b, T *c, int64_t i0, int64_t i1, \
+                   int64_t j0, int64_t j1) {                                            \
+    const int m = (int)(i1 - i0), n = (int)(j1 - j0), kk = (int)g->K;                   \
+    const int lda = (int)(g->trans_a ? g->M : g->K), ldb = (int)(g->trans_b ? g->K : g->N); \
+    a += g->trans_a ? i0 : i0 * g->K; /* op(a)[i0, 0] */                               \
+    b += g->trans_b ? j0 * g->K : j0; /* op(b)[0, j0] */                               \
+    c += i0 * g->N + j0;                                                                \
+    if (n == 1 || m == 1) {                                                             \
+      /* beta = 0 may still read y: clear it so no stale NaN survives. */               \
+      for (int64_t i = 0; i < m; i++) memset(c + i * g->N, 0, (size_t)n * sizeof(T));   \
+    }                                                                                   \
+    if (n == 1) {                                                                       \
+      /* c[:, 0] = op(a)[i0:i1, :] @ op(b)[:, j0] */                                    \
+      const int incb = g->trans_b ? 1 : (int)g->N;                                      \
+      if (g->trans_a)                                                                   \
+        GEMV(CblasRowMajor, CblasTrans, kk, m, 1, a, lda, b, incb, 0, c, (int)g->N);    \
+      else                                                                              \
+        GEMV(CblasRowMajor, CblasNoTrans, m, kk, 1, a, lda, b, incb, 0, c, (int)g->N);  \
+    } else if (m == 1) {                                                                \
+      /* c[0, :] = op(b)[:, j0:j1]^T @ op(a)[i0, :] */                                  \
+      const int inca = g->trans_a ? (int)g->M : 1;                                      \
+      if (g->trans_b)                                                                   \
+        GEMV(CblasRowMajor, CblasNoTrans, n, kk, 1, b, ldb, a, inca, 0, c, 1);          \
+      else                                                                              \
+        GEMV(CblasRowMajor, CblasTrans, kk, n, 1, b, ldb, a, inca, 0, c, 1);            \
+    } else {                                                                            \
+      GEMM(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,                       \
+           g->trans_b ? CblasTrans : CblasNoTrans, m, n, kk, 1, a, lda, b, ldb, 0, c,   \
+           (int)g->N);                                                                  \
+    }                                                                                   \
+  }
+
+DEF_BLOCK(block_f32, float, cblas_sgemm, cblas_sgemv)
+DEF_BLOCK(block_f64, double, cblas_dgemm, cblas_dgemv)
 
 graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) {
   mm_geom g;
   graft_status st = mm_setup(k, &g);
   if (st == GRAFT_OK)
-    st = graft__kernel_check_units(k, begin, end, g.batches * g.N);
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.per);
   if (st != GRAFT_OK || begin >= end || g.M == 0 || g.N == 0)
     return st;
   if (g.K == 0) {
     /* An empty sum; BLAS would also reject lda = 0. */
-    zero_cols(k, &g, begin, end);
+    zero_units(k, &g, begin, end);
     return GRAFT_OK;
   }
   if (g.M > INT_MAX || g.N > INT_MAX || g.K > INT_MAX) {
@@ -151,28 +206,14 @@ graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) 
                   (long long)g.M, (long long)g.K, (long long)g.N);
     return GRAFT_EUNSUPPORTED;
   }
-  const enum CBLAS_TRANSPOSE ta = g.trans_a ? CblasTrans : CblasNoTrans;
-  const enum CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
-  const int lda = (int)(g.trans_a ? g.M : g.K);
-  const int ldb = (int)(g.trans_b ? g.K : g.N);
-  const int ldc = (int)g.N;
-  const int m = (int)g.M, kk = (int)g.K;
   if (k->out->dtype == GRAFT_F32) {
     const float *a = k->in[0]->data, *b = k->in[1]->data;
     float *c = k->out->data;
-    FOR_BATCH_COLS(&g, begin, end, {
-      const float *bb = b + boff + (g.trans_b ? j0 * g.K : j0);
-      cblas_sgemm(CblasRowMajor, ta, tb, m, (int)(j1 - j0), kk, 1.0f, a + aoff, lda, bb, ldb,
-                  0.0f, c + coff + j0, ldc);
-    });
+    FOR_BATCH_BLOCK(&g, begin, end, { block_f32(&g, a + aoff, b + boff, c + coff, i0, i1, j0, j1); });
   } else {
     const double *a = k->in[0]->data, *b = k->in[1]->data;
     double *c = k->out->data;
-    FOR_BATCH_COLS(&g, begin, end, {
-      const double *bb = b + boff + (g.trans_b ? j0 * g.K : j0);
-      cblas_dgemm(CblasRowMajor, ta, tb, m, (int)(j1 - j0), kk, 1.0, a + aoff, lda, bb, ldb,
-                  0.0, c + coff + j0, ldc);
-    });
+    FOR_BATCH_BLOCK(&g, begin, end, { block_f64(&g, a + aoff, b + boff, c + coff, i0, i1, j0, j1); });
   }
   return GRAFT_OK;
 }
@@ -184,8 +225,8 @@ graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) 
     const T *a = k->in[0]->data, *b = k->in[1]->data;                          \
     T *c = k->out->data;                                                        \
     const int64_t M = g->M, N = g->N, K = g->K;                                 \
-    FOR_BATCH_COLS(g, begin, end, {                                             \
-      for (int64_t i = 0; i < M; i++)                                           \
+    FOR_BATCH_BLOCK(g, begin, end, {                                            \
+      for (int64_t i = i0; i < i1; i++)                                         \
         for (int64_t j = j0; j < j1; j++) {                                     \
           double acc = 0.0;                                                     \
           for (int64_t p = 0; p < K; p++) {                                     \
@@ -205,7 +246,7 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
   mm_geom g;
   graft_status st = mm_setup(k, &g);
   if (st == GRAFT_OK)
-    st = graft__kernel_check_units(k, begin, end, g.batches * g.N);
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.per);
   if (st != GRAFT_OK || begin >= end || g.M == 0 || g.N == 0)
     return st;
   if (k->out->dtype == GRAFT_F32)

@@ -3,8 +3,9 @@
  * count, and every executor runs a node as that same list of tiles, so the
  * result is bitwise the same for every executor and thread count even where
  * a kernel's bits depend on how its units are split (matmul).  GEMM tiles
- * are runs of a batch's output columns, at least GRAFT__MM_MIN_COLS wide,
- * or whole batches. */
+ * are runs of a batch's output columns, at least GRAFT__MM_MIN_COLS wide
+ * (or of its rows, at least GRAFT__MM_MIN_ROWS, for outputs too narrow for
+ * column tiles), or whole batches. */
 #include "kernels/kernels_int.h"
 #include "sched/sched.h"
 
@@ -56,36 +57,43 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
 
   if (graft__ops[n->op].tile == GRAFT__TILE_GEMM) {
-    /* Units are output columns; segments are batches of N columns.  Each
-     * tile is one gemm per batch that repacks op(a) (M x K, = per_unit), so
-     * a tile gets at least max(grain, GRAFT__MM_MIN_COLS * M * K)
-     * multiply-adds: len >= GRAFT__MM_MIN_COLS columns, a multiple of
-     * GRAFT__MM_COL_ALIGN.  At len >= N, tiles are whole batches. */
-    const int64_t N = k->out->rank >= 2 ? k->out->shape[k->out->rank - 1] : 0;
-    const int64_t batches = units / (N > 0 ? N : 1);
-    if (N <= 0 || batches * N != units) return; /* keep it whole */
-    const int64_t al = GRAFT__MM_COL_ALIGN;
-    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, (int64_t)GRAFT__MM_MIN_COLS);
+    /* Units are output columns, or rows (graft__mm_by_rows); segments are
+     * batches of N columns (M rows).  Each tile is one gemm per batch that
+     * repacks op(a) (M x K, = per_unit) for column tiles, or the narrow
+     * op(b) for row tiles, so a tile gets at least max(grain, min * per_unit)
+     * multiply-adds: len >= min = GRAFT__MM_MIN_COLS columns (or
+     * GRAFT__MM_MIN_ROWS rows), a multiple of the alignment.  At len >= the
+     * segment, tiles are whole batches. */
+    const graft__tview *o = k->out;
+    const int64_t M = o->rank >= 2 ? o->shape[o->rank - 2] : 0;
+    const int64_t N = o->rank >= 2 ? o->shape[o->rank - 1] : 0;
+    const int rows = graft__mm_by_rows(M, N);
+    const int64_t S = rows ? M : N;
+    const int64_t batches = units / (S > 0 ? S : 1);
+    if (S <= 0 || batches * S != units) return; /* keep it whole */
+    const int64_t al = rows ? GRAFT__MM_ROW_ALIGN : GRAFT__MM_COL_ALIGN;
+    const int64_t min = rows ? GRAFT__MM_MIN_ROWS : GRAFT__MM_MIN_COLS;
+    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, min);
     if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
     len = (len + al - 1) / al * al;
-    tl->seg = N;
-    if (len < N) {
-      int64_t per_seg = (N + len - 1) / len;
+    tl->seg = S;
+    if (len < S) {
+      int64_t per_seg = (S + len - 1) / len;
       if (batches * per_seg > MAX_TILES) {
         /* Ragged batch tails pushed the count over: widen the tiles. */
         int64_t cap = MAX_TILES / batches;
-        len = cap >= 2 ? ((N + cap - 1) / cap + al - 1) / al * al : N;
-        per_seg = (N + len - 1) / len;
+        len = cap >= 2 ? ((S + cap - 1) / cap + al - 1) / al * al : S;
+        per_seg = (S + len - 1) / len;
       }
-      if (len < N) {
+      if (len < S) {
         tl->len = len;
         tl->per_seg = (int32_t)per_seg;
         tl->n = (int32_t)(batches * per_seg);
         return;
       }
     }
-    int64_t per_tile = GRAFT__MAX(len / N, (batches + MAX_TILES - 1) / MAX_TILES);
-    tl->len = per_tile * N;
+    int64_t per_tile = GRAFT__MAX(len / S, (batches + MAX_TILES - 1) / MAX_TILES);
+    tl->len = per_tile * S;
     tl->n = (int32_t)((batches + per_tile - 1) / per_tile);
     return;
   }

@@ -1,6 +1,7 @@
 /* matmul against naive triple loops in double: every GRAFT_TRANS_A/B combo,
  * rank 2, batched, broadcast batch dims, mixed ranks, empty and odd sizes,
- * and the shape / dtype errors. */
+ * tiled products (column and row tiles) under every executor, and the
+ * shape / dtype errors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,13 +34,11 @@ typedef struct mm_case {
 
 static const graft_dtype k_dtypes[] = {GRAFT_F32, GRAFT_F64};
 
-/* Run one case with one dtype and flags; compare with the oracle.  The
- * tolerance of element (m, n) is rtol * sum_k |a_mk| |b_kn|, the scale of
- * the rounding error of any summation order. */
-static void check_case(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng *rng) {
+/* The operand and output shapes of case c under flags; returns the
+ * output's batch rank. */
+static int case_shapes(const mm_case *c, unsigned flags, int64_t *as, int64_t *bs, int64_t *os) {
   int ta = (flags & GRAFT_TRANS_A) != 0, tb = (flags & GRAFT_TRANS_B) != 0;
   int64_t M = c->m, K = c->k, N = c->n;
-  int64_t as[GRAFT_MAX_RANK], bs[GRAFT_MAX_RANK], os[GRAFT_MAX_RANK];
   memcpy(as, c->ba, sizeof(int64_t) * (size_t)c->na);
   memcpy(bs, c->bb, sizeof(int64_t) * (size_t)c->nb);
   as[c->na] = ta ? K : M;
@@ -54,18 +53,20 @@ static void check_case(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng 
   }
   os[nob] = M;
   os[nob + 1] = N;
+  return nob;
+}
 
-  char ctx[128];
-  snprintf(ctx, sizeof ctx, "%s %s flags=%u", c->name, graft_dtype_name(dt), flags);
-  graft_tensor *in[2] = {
-      tu_tensor_rand(rng, dt, c->na + 2, as, -1.0, 1.0),
-      tu_tensor_rand(rng, dt, c->nb + 2, bs, -1.0, 1.0),
-  };
-  graft_tensor *out = NULL;
-  char msg[512];
-  tu_assert_run_ok(tu_run(g_rt, trace_matmul, &flags, 2, in, 1, &out, msg), ctx, msg);
+/* out = in[0] @ in[1] of case c under flags, against the oracle.  The
+ * tolerance of element (m, n) is rtol * sum_k |a_mk| |b_kn|, the scale of
+ * the rounding error of any summation order. */
+static void check_oracle(const mm_case *c, unsigned flags, graft_tensor *const *in,
+                         const graft_tensor *out, const char *ctx) {
+  int ta = (flags & GRAFT_TRANS_A) != 0, tb = (flags & GRAFT_TRANS_B) != 0;
+  int64_t M = c->m, K = c->k, N = c->n;
+  int64_t as[GRAFT_MAX_RANK], bs[GRAFT_MAX_RANK], os[GRAFT_MAX_RANK];
+  int nob = case_shapes(c, flags, as, bs, os);
+  graft_dtype dt = graft_tensor_dtype(out);
   tu_assert_tensor(out, dt, nob + 2, os, ctx);
-
   double rtol = dt == GRAFT_F32 ? 1e-4 : 1e-12;
   int64_t n_batch = tu_numel(nob, os);
   for (int64_t bi = 0; bi < n_batch; bi++) {
@@ -86,6 +87,27 @@ static void check_case(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng 
                    (long long)bi, (long long)m, (long long)n, got, want, mag);
       }
   }
+}
+
+/* Random operands of case c for dtype dt under flags (the caller frees). */
+static void case_inputs(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng *rng,
+                        graft_tensor **in) {
+  int64_t as[GRAFT_MAX_RANK], bs[GRAFT_MAX_RANK], os[GRAFT_MAX_RANK];
+  case_shapes(c, flags, as, bs, os);
+  in[0] = tu_tensor_rand(rng, dt, c->na + 2, as, -1.0, 1.0);
+  in[1] = tu_tensor_rand(rng, dt, c->nb + 2, bs, -1.0, 1.0);
+}
+
+/* Run one case with one dtype and flags; compare with the oracle. */
+static void check_case(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng *rng) {
+  char ctx[128];
+  snprintf(ctx, sizeof ctx, "%s %s flags=%u", c->name, graft_dtype_name(dt), flags);
+  graft_tensor *in[2];
+  case_inputs(c, dt, flags, rng, in);
+  graft_tensor *out = NULL;
+  char msg[512];
+  tu_assert_run_ok(tu_run(g_rt, trace_matmul, &flags, 2, in, 1, &out, msg), ctx, msg);
+  check_oracle(c, flags, in, out, ctx);
   graft_tensor_destroy(out);
   graft_tensor_destroy(in[0]);
   graft_tensor_destroy(in[1]);
@@ -100,6 +122,69 @@ static void check_cases(const mm_case *cases, size_t n, uint64_t seed) {
 }
 
 /* ---- correct results -------------------------------------------------- */
+
+/* Products large enough to be tiled: column tiles, and row tiles for
+ * outputs too narrow for columns (a classifier head, a matrix-vector
+ * product, batched and broadcast ones), in every flag combination.  Each
+ * runs as several tiles, matches the oracle, and is bitwise the same under
+ * seq, ws at 2, 3 and 8 threads (oversubscribed) and omp. */
+static void test_matmul__tiled_bitwise_across_schedules(void **state) {
+  (void)state;
+  static const mm_case cases[] = {
+      {"cols 64x128x1024", 0, {0}, 0, {0}, 64, 128, 1024},
+      {"head 256x1024x10", 0, {0}, 0, {0}, 256, 1024, 10},
+      {"matvec 1000x300x1", 0, {0}, 0, {0}, 1000, 300, 1},
+      {"[3]x[3] 200x64x7", 1, {3}, 1, {3}, 200, 64, 7},
+      {"[2]x[1] 300x50x3", 1, {2}, 1, {1}, 300, 50, 3},
+  };
+  static const struct { const char *sched; int threads; } runs[] = {
+      {"seq", 1}, {"ws", 2}, {"ws", 3}, {"ws", 8}, {"omp", 2}};
+  graft_runtime *rts[TU_N_OF(runs)];
+  for (size_t r = 0; r < TU_N_OF(runs); r++) {
+    graft_runtime_opts o;
+    graft_runtime_opts_init(&o);
+    o.num_threads = runs[r].threads;
+    o.sched = runs[r].sched;
+    assert_int_equal(graft_runtime_create(&o, &rts[r]), GRAFT_OK);
+  }
+  tu_rng rng = {0x711e};
+  for (size_t i = 0; i < TU_N_OF(cases); i++)
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)
+      for (unsigned flags = 0; flags < 4; flags++) {
+        const mm_case *c = &cases[i];
+        graft_tensor *in[2], *ref = NULL;
+        case_inputs(c, k_dtypes[d], flags, &rng, in);
+        for (size_t r = 0; r < TU_N_OF(runs); r++) {
+          char ctx[160];
+          snprintf(ctx, sizeof ctx, "%s %s flags=%u %s x%d", c->name,
+                   graft_dtype_name(k_dtypes[d]), flags, runs[r].sched, runs[r].threads);
+          graft_function_desc fd = {.name = "mm", .trace = trace_matmul, .user = &flags,
+                                    .n_inputs = 2, .n_outputs = 1};
+          graft_function *f = NULL;
+          assert_int_equal(graft_function_create(rts[r], &fd, &f), GRAFT_OK);
+          graft_tensor *out = NULL;
+          graft_status st = graft_function_call(f, 2, in, 1, &out);
+          if (st) fail_msg("%s: %s: %s", ctx, graft_status_name(st), graft_function_errmsg(f));
+          graft_plan_stats ps;
+          assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+          if (ps.tiles < 2) fail_msg("%s: %lld tile(s), want several", ctx, (long long)ps.tiles);
+          graft_function_destroy(f);
+          if (!ref) {
+            check_oracle(c, flags, in, out, ctx);
+            ref = out;
+            continue;
+          }
+          size_t bytes = (size_t)graft_tensor_numel(out) * graft_dtype_size(k_dtypes[d]);
+          if (memcmp(graft_tensor_data(out), graft_tensor_data(ref), bytes))
+            fail_msg("%s: differs bitwise from seq", ctx);
+          graft_tensor_destroy(out);
+        }
+        graft_tensor_destroy(ref);
+        graft_tensor_destroy(in[0]);
+        graft_tensor_destroy(in[1]);
+      }
+  for (size_t r = 0; r < TU_N_OF(runs); r++) graft_runtime_destroy(rts[r]);
+}
 
 static void test_matmul__rank2_all_flags(void **state) {
   (void)state;
@@ -284,6 +369,7 @@ static void test_matmul__mixed_dtypes_is_edtype(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul__rank2_all_flags),
+      cmocka_unit_test(test_matmul__tiled_bitwise_across_schedules),
       cmocka_unit_test(test_matmul__odd_sizes),
       cmocka_unit_test(test_matmul__batched_rank3),
       cmocka_unit_test(test_matmul__broadcast_batch),
