@@ -22,9 +22,10 @@
  *   gemm_omp2    each of them cut into two row halves run by a plain
  *                `#pragma omp parallel for num_threads(2)` loop; their sum
  *                is the 2-thread roofline;
- *   gemm_cols256 each of them as one call per run of 256 output columns,
- *                the calls graft's matmul tiles make at the default grain
- *                (to split the gap, not a target);
+ *   gemm_tiles   each of them as one call per run of 256 output columns
+ *                (per run of 64 rows where the output has fewer than 256
+ *                columns), the calls graft's matmul tiles make at the
+ *                default grain (to split the gap, not a target);
  *   direct       the whole step in plain C: the same single GEMM calls plus
  *                plain loops for bias, relu, softmax cross-entropy, their
  *                gradients and the update, on its own copy of the weights.
@@ -71,6 +72,7 @@
 /* graft's GEMM tile width for these shapes at the default grain
  * (GRAFT__MM_MIN_COLS in src/kernels/kernels_int.h); keep in step. */
 #define TILE_COLS 256
+#define TILE_ROWS 64
 #define BREAKDOWN_STEPS 9
 #define TARGET_ROOFLINE 1.10
 #define TARGET_BWD_FWD 2.20
@@ -179,15 +181,17 @@ static void gemm_cols(const gemm *g, int j0, int j1) {
               g->M, j1 - j0, g->K, 1.0f, g->a, g->lda, b, g->ldb, 0.0f, g->c + j0, g->ldc);
 }
 
-typedef enum gemm_variant { GV_SINGLE, GV_COLS, GV_HALVES } gemm_variant;
-static const char *const GV_NAMES[] = {"gemm", "gemm_cols256", "gemm_omp2"};
+typedef enum gemm_variant { GV_SINGLE, GV_TILES, GV_HALVES } gemm_variant;
+static const char *const GV_NAMES[] = {"gemm", "gemm_tiles", "gemm_omp2"};
 
 /* One GEMM as the variant cuts it; 1 if the two halves ran on distinct
  * OpenMP threads (GV_HALVES), else 0. */
 static int gemm_run(const gemm *g, gemm_variant v) {
   if (v == GV_SINGLE) {
     gemm_rows(g, 0, g->M);
-  } else if (v == GV_COLS) {
+  } else if (v == GV_TILES && g->N < TILE_COLS && g->M > g->N) {
+    for (int i = 0; i < g->M; i += TILE_ROWS) gemm_rows(g, i, i + TILE_ROWS < g->M ? i + TILE_ROWS : g->M);
+  } else if (v == GV_TILES) {
     for (int j = 0; j < g->N; j += TILE_COLS)
       gemm_cols(g, j, j + TILE_COLS < g->N ? j + TILE_COLS : g->N);
   } else {
@@ -658,7 +662,7 @@ static void print_header(const bench_info *info, const options *opt) {
          "# baseline_us: step and forward against the sum of their GEMMs called directly\n"
          "# (gemm_sum: one cblas_sgemm each, 1 thread; gemm_omp2_sum: two row halves under\n"
          "# omp parallel for num_threads(2)); bwd_fwd: median_us = step - forward, baseline =\n"
-         "# forward; gemm_cols256 / gemm_omp2 rows against the single call.  gemm shapes are\n"
+         "# forward; gemm_tiles / gemm_omp2 rows against the single call.  gemm shapes are\n"
          "# MxKxN ([M,K] @ [K,N]) and the transposes of a and b (N or T)\n");
   printf("# %-14s %-5s %-21s %7s %-5s %4s %11s %11s %7s %-14s %11s %7s %6s %3s\n", "name",
          "dtype", "shape", "threads", "sched", "reps", "median_us", "min_us", "gflops",
@@ -712,7 +716,7 @@ static gemm_sums sum_gemms(void) {
   gemm_sums s = {0};
   for (int i = 0; i < N_GEMMS; i++) {
     const config *c1 = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_SINGLE)];
-    const config *cg = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_COLS)];
+    const config *cg = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_TILES)];
     const config *c2 = &CONFIGS[find_config(C_GEMM, NULL, 0, i, GV_HALVES)];
     s.single += c1->median_us, s.single_min += c1->min_us;
     s.cols += cg->median_us, s.cols_min += cg->min_us;
@@ -766,7 +770,7 @@ static void print_rows(const options *opt, int reps, const results *res, const g
     }
   print_row(opt, "gemm_sum", "8 GEMMs", 1, "blas", reps, gs->single, gs->single_min, gs->flops, "",
             NAN, NAN);
-  print_row(opt, "gemm_cols256_sum", "8 GEMMs", 1, "blas", reps, gs->cols, gs->cols_min, gs->flops,
+  print_row(opt, "gemm_tiles_sum", "8 GEMMs", 1, "blas", reps, gs->cols, gs->cols_min, gs->flops,
             "gemm_sum", gs->single, NAN);
   print_row(opt, "gemm_omp2_sum", "8 GEMMs", 2, "omp", reps, gs->halves, gs->halves_min, gs->flops,
             "gemm_sum", gs->single, NAN);
@@ -885,14 +889,14 @@ static void print_breakdown(const options *opt, const results *res, const gemm_s
     if (opt->json) {
       printf("{\"type\":\"gap\",\"threads\":%d,\"wall_us\":%.3f,\"busy_us\":%.3f,\"matmul_us\":%.3f,"
              "\"other_ops_us\":%.3f,\"idle_us\":%.3f,\"gemm_roofline_us\":%.3f,"
-             "\"gemm_cols256_us\":%.3f}\n",
+             "\"gemm_tiles_us\":%.3f}\n",
              b->threads, b->wall_us, b->busy_us, b->matmul_us, b->other_us, idle,
              b->threads == 1 ? gs->single : gs->halves, gs->cols);
     } else {
       double roof = b->threads == 1 ? gs->single : gs->halves;
       printf("# gap at %d thread%s (traced): wall %.1f us/step, roofline %.1f us (%s), %+.1f us:\n"
              "#   busy in matmul %.1f us%s; the same GEMMs direct: %.1f us single calls, %.1f us "
-             "in 256-column tiles\n"
+             "in graft's tiles\n"
              "#   busy in other ops %.1f us; idle or between tiles %.1f us (threads x wall - busy)\n",
              b->threads, b->threads == 1 ? "" : "s", b->wall_us, roof,
              b->threads == 1 ? "gemm_sum" : "gemm_omp2_sum", b->wall_us - roof, b->matmul_us,
