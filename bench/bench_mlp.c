@@ -22,10 +22,12 @@
  *   gemm_omp2    each of them cut into two row halves run by a plain
  *                `#pragma omp parallel for num_threads(2)` loop; their sum
  *                is the 2-thread roofline;
- *   gemm_tiles   each of them as one call per run of 256 output columns
- *                (per run of 64 rows where the output has fewer than 256
- *                columns), the calls graft's matmul tiles make at the
- *                default grain (to split the gap, not a target);
+ *   gemm_tiles   each of them cut as graft's matmul tiles cut it at the
+ *                default grain: near-equal runs of at least 256 output
+ *                columns, or of rows (at least 64 where the output has
+ *                fewer than 256 columns, 256 where a is transposed and M
+ *                allows two), one call each (to split the gap, not a
+ *                target);
  *   direct       the whole step in plain C: the same single GEMM calls plus
  *                plain loops for bias, relu, softmax cross-entropy, their
  *                gradients and the update, on its own copy of the weights.
@@ -71,8 +73,8 @@
 #define MAX_INNER 1000
 /* graft's GEMM tile width for these shapes at the default grain
  * (GRAFT__MM_MIN_COLS in src/kernels/kernels_int.h); keep in step. */
-#define TILE_COLS 256
-#define TILE_ROWS 64
+#define TILE_MIN 256     /* graft's GRAFT__MM_MIN_COLS */
+#define TILE_MIN_ROWS 64 /* graft's GRAFT__MM_MIN_ROWS */
 #define BREAKDOWN_STEPS 9
 #define TARGET_ROOFLINE 1.10
 #define TARGET_BWD_FWD 2.20
@@ -181,6 +183,13 @@ static void gemm_cols(const gemm *g, int j0, int j1) {
               g->M, j1 - j0, g->K, 1.0f, g->a, g->lda, b, g->ldb, 0.0f, g->c + j0, g->ldc);
 }
 
+/* graft's tile extent for a segment of S units and a minimum of min: as
+ * many tiles of at least min as fit, near-equal, a multiple of 16. */
+static int tile_len(int S, int min) {
+  int n = S / min > 1 ? S / min : 1;
+  return ((S + n - 1) / n + 15) / 16 * 16;
+}
+
 typedef enum gemm_variant { GV_SINGLE, GV_TILES, GV_HALVES } gemm_variant;
 static const char *const GV_NAMES[] = {"gemm", "gemm_tiles", "gemm_omp2"};
 
@@ -189,11 +198,16 @@ static const char *const GV_NAMES[] = {"gemm", "gemm_tiles", "gemm_omp2"};
 static int gemm_run(const gemm *g, gemm_variant v) {
   if (v == GV_SINGLE) {
     gemm_rows(g, 0, g->M);
-  } else if (v == GV_TILES && g->N < TILE_COLS && g->M > g->N) {
-    for (int i = 0; i < g->M; i += TILE_ROWS) gemm_rows(g, i, i + TILE_ROWS < g->M ? i + TILE_ROWS : g->M);
   } else if (v == GV_TILES) {
-    for (int j = 0; j < g->N; j += TILE_COLS)
-      gemm_cols(g, j, j + TILE_COLS < g->N ? j + TILE_COLS : g->N);
+    int rows = (g->N < TILE_MIN && g->M > g->N) || (g->ta && g->M >= 2 * TILE_MIN);
+    int S = rows ? g->M : g->N, len = tile_len(S, rows && g->N < TILE_MIN ? TILE_MIN_ROWS : TILE_MIN);
+    for (int u = 0; u < S; u += len) {
+      int u1 = u + len < S ? u + len : S;
+      if (rows)
+        gemm_rows(g, u, u1);
+      else
+        gemm_cols(g, u, u1);
+    }
   } else {
     int tid[2] = {-1, -1};
     /* The build always has OpenMP; a syntax check without it sees no pragma. */

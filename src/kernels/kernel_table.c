@@ -78,7 +78,8 @@ int64_t graft__kernel_units(const graft__kargs *k) {
     if (out->rank < 2)
       return out->numel;
     int64_t M = out->shape[out->rank - 2], N = out->shape[out->rank - 1];
-    return count_over(out->numel, graft__mm_by_rows(M, N) ? N : M);
+    int trans_a = (k->node->attr.matmul.flags & GRAFT_TRANS_A) != 0;
+    return count_over(out->numel, graft__mm_by_rows(M, N, trans_a) ? N : M);
   }
   case UNITS_LANES: {
     int axis = k->node->attr.axis.axis;

@@ -14,23 +14,34 @@
 graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end);
 
 /* GEMM units and tiling (sched/tiles.c).  A matmul's units are its output
- * columns over all batches, or its output rows when the output is too
- * narrow for column tiles (N < GRAFT__MM_MIN_COLS: a classifier head, a
- * matrix-vector product), so such a product still splits across workers.
- * Every gemm call over columns repacks the whole op(a) (M x K), so a column
- * tile gets at least GRAFT__MM_MIN_COLS columns (M * K * GRAFT__MM_MIN_COLS
- * multiply-adds per M * K elements packed); a row tile repacks the narrow
- * op(b) (K x N) and gets at least GRAFT__MM_MIN_ROWS rows.  Tile extents
- * are multiples of GRAFT__MM_COL_ALIGN (GRAFT__MM_ROW_ALIGN) so that only a
- * batch's last tile has a ragged edge. */
+ * columns over all batches, or its output rows (graft__mm_by_rows).  A gemm
+ * call over some columns repacks the whole op(a) (M x K); one over some rows
+ * repacks the whole op(b) (K x N).  So:
+ *   - column tiles get at least GRAFT__MM_MIN_COLS columns;
+ *   - outputs too narrow for column tiles (N < GRAFT__MM_MIN_COLS and
+ *     M > N: a classifier head, a matrix-vector product) split by rows,
+ *     at least GRAFT__MM_MIN_ROWS each (the narrow op(b) is cheap to
+ *     repack), so they still spread over workers;
+ *   - products whose op(a) is transposed (x^T @ dy, the weight gradient of
+ *     a dense layer) split by rows of at least GRAFT__MM_MIN_COLS once M
+ *     allows two: OpenBLAS gathers a transposed op(a) when it packs it, so
+ *     repeating that per column tile costs more (1.09-1.14x a single call
+ *     on 1024x256x1024 and 2048x512x2048, against 1.04-1.05x for rows).
+ * Tiles of a segment are as equal as GRAFT__MM_ALIGN allows, so no ragged
+ * sliver is left at a batch's end. */
 #define GRAFT__MM_MIN_COLS 256
-#define GRAFT__MM_COL_ALIGN 16
 #define GRAFT__MM_MIN_ROWS 64
-#define GRAFT__MM_ROW_ALIGN 16
+#define GRAFT__MM_ALIGN 16
 
-/* Whether an M x N product's units are rows (else columns). */
-static inline int graft__mm_by_rows(int64_t M, int64_t N) {
-  return N < GRAFT__MM_MIN_COLS && M > N;
+/* Whether the units of an M x N product (op(a) transposed: trans_a) are
+ * rows (else columns). */
+static inline int graft__mm_by_rows(int64_t M, int64_t N, int trans_a) {
+  return (N < GRAFT__MM_MIN_COLS && M > N) || (trans_a && M >= 2 * GRAFT__MM_MIN_COLS);
+}
+
+/* The fewest units a GEMM tile gets (by_rows: graft__mm_by_rows). */
+static inline int64_t graft__mm_min_units(int by_rows, int64_t N) {
+  return by_rows && N < GRAFT__MM_MIN_COLS ? GRAFT__MM_MIN_ROWS : GRAFT__MM_MIN_COLS;
 }
 
 /* The OpenBLAS threading variant as openblas_get_parallel() reports it:

@@ -6,8 +6,8 @@
  * (batch) dims of a and b broadcast NumPy-style to those of out.
  *
  * Units are output columns over all batches (batch count * N), or output
- * rows (batch count * M) where graft__mm_by_rows says the output is too
- * narrow for column tiles.  A call for units [begin, end) issues one gemm
+ * rows (batch count * M) where graft__mm_by_rows says so (narrow outputs,
+ * transposed op(a); kernels_int.h says why).  A call for units [begin, end) issues one gemm
  * per batch it touches, over the block of that batch inside the range: all
  * M rows and columns [j0, j1), or rows [i0, i1) and all N columns.
  * op(b)[:, j0:j1] starts j0 columns into the stored b, or j0 rows down when
@@ -22,8 +22,8 @@
  * op(b) only for the columns of the call, so a column split repeats only
  * the packing of op(a), which is amortized over the call's columns (the
  * tiler gives each tile at least GRAFT__MM_MIN_COLS of them).  A row split
- * repacks all of op(b) per call instead, which is cheap only when op(b) is
- * narrow: hence rows for narrow outputs only.
+ * repacks all of op(b) per call instead, which is cheaper when op(b) is
+ * narrow or op(a) is transposed.
  *
  * An optimized BLAS may sum an element differently depending on its place
  * in the call, so different splits of the units may differ in the last
@@ -98,7 +98,7 @@ static graft_status mm_setup(const graft__kargs *k, mm_geom *g) {
     g->bdim[d] = c->shape[d];
     g->batches *= c->shape[d];
   }
-  g->rows = graft__mm_by_rows(g->M, g->N);
+  g->rows = graft__mm_by_rows(g->M, g->N, g->trans_a);
   g->per = g->rows ? g->M : g->N;
   graft_status st = batch_steps(k, a, g->M * g->K, g, g->astep, "a");
   if (st == GRAFT_OK)

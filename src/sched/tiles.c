@@ -59,32 +59,28 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   if (graft__ops[n->op].tile == GRAFT__TILE_GEMM) {
     /* Units are output columns, or rows (graft__mm_by_rows); segments are
      * batches of N columns (M rows).  Each tile is one gemm per batch that
-     * repacks op(a) (M x K, = per_unit) for column tiles, or the narrow
-     * op(b) for row tiles, so a tile gets at least max(grain, min * per_unit)
-     * multiply-adds: len >= min = GRAFT__MM_MIN_COLS columns (or
-     * GRAFT__MM_MIN_ROWS rows), a multiple of the alignment.  At len >= the
-     * segment, tiles are whole batches. */
+     * repacks op(a) (M x K, = per_unit) for column tiles, or op(b) for row
+     * tiles, so a tile gets at least max(grain, min * per_unit)
+     * multiply-adds: len >= min units (graft__mm_min_units).  A segment
+     * splits into as many tiles of that size as fit, made equal up to a
+     * multiple of GRAFT__MM_ALIGN.  At len >= the segment, tiles are whole
+     * batches. */
     const graft__tview *o = k->out;
     const int64_t M = o->rank >= 2 ? o->shape[o->rank - 2] : 0;
     const int64_t N = o->rank >= 2 ? o->shape[o->rank - 1] : 0;
-    const int rows = graft__mm_by_rows(M, N);
+    const int rows = graft__mm_by_rows(M, N, (n->attr.matmul.flags & GRAFT_TRANS_A) != 0);
     const int64_t S = rows ? M : N;
     const int64_t batches = units / (S > 0 ? S : 1);
     if (S <= 0 || batches * S != units) return; /* keep it whole */
-    const int64_t al = rows ? GRAFT__MM_ROW_ALIGN : GRAFT__MM_COL_ALIGN;
-    const int64_t min = rows ? GRAFT__MM_MIN_ROWS : GRAFT__MM_MIN_COLS;
-    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, min);
+    const int64_t al = GRAFT__MM_ALIGN;
+    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, graft__mm_min_units(rows, N));
     if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
-    len = (len + al - 1) / al * al;
     tl->seg = S;
     if (len < S) {
-      int64_t per_seg = (S + len - 1) / len;
-      if (batches * per_seg > MAX_TILES) {
-        /* Ragged batch tails pushed the count over: widen the tiles. */
-        int64_t cap = MAX_TILES / batches;
-        len = cap >= 2 ? ((S + cap - 1) / cap + al - 1) / al * al : S;
-        per_seg = (S + len - 1) / len;
-      }
+      int64_t per_seg = GRAFT__MAX(S / len, (int64_t)1);
+      if (batches * per_seg > MAX_TILES) per_seg = GRAFT__MAX(MAX_TILES / batches, (int64_t)1);
+      len = ((S + per_seg - 1) / per_seg + al - 1) / al * al;
+      per_seg = (S + len - 1) / len;
       if (len < S) {
         tl->len = len;
         tl->per_seg = (int32_t)per_seg;

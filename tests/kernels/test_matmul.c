@@ -123,7 +123,8 @@ static void check_cases(const mm_case *cases, size_t n, uint64_t seed) {
 
 /* ---- correct results -------------------------------------------------- */
 
-/* Products large enough to be tiled: column tiles, and row tiles for
+/* Products large enough to be tiled: column tiles (784 columns: three
+ * near-equal tiles), row tiles where op(a) is transposed, and row tiles for
  * outputs too narrow for columns (a classifier head, a matrix-vector
  * product, batched and broadcast ones), in every flag combination.  Each
  * runs as several tiles, matches the oracle, and is bitwise the same under
@@ -132,6 +133,7 @@ static void test_matmul__tiled_bitwise_across_schedules(void **state) {
   (void)state;
   static const mm_case cases[] = {
       {"cols 64x128x1024", 0, {0}, 0, {0}, 64, 128, 1024},
+      {"600x32x784 (rows under TRANS_A)", 0, {0}, 0, {0}, 600, 32, 784},
       {"head 256x1024x10", 0, {0}, 0, {0}, 256, 1024, 10},
       {"matvec 1000x300x1", 0, {0}, 0, {0}, 1000, 300, 1},
       {"[3]x[3] 200x64x7", 1, {3}, 1, {3}, 200, 64, 7},
