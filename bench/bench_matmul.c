@@ -1,6 +1,8 @@
 /* bench_matmul: the cost of running a GEMM through graft.
  *
- * For each dtype and shape MxKxN ([M,K] @ [K,N]) this times
+ * For each dtype and shape MxKxN ([M,K] @ [K,N], optionally with a suffix
+ * :TN, :NT or :TT for a stored transposed, b stored transposed, or both)
+ * this times
  *   (a) a graft function whose trace is one graft_matmul of its two inputs,
  *       on a runtime with one thread and the sequential scheduler, called
  *       with a preallocated output tensor, and
@@ -9,7 +11,7 @@
  * The BLAS library is held to one thread so both sides do the same work;
  * the ratio (a)/(b) is graft's overhead and the figure that counts.
  *
- * Usage: bench_matmul [--json] [--reps N] [--dtype f32|f64] [--shape MxKxN]...
+ * Usage: bench_matmul [--json] [--reps N] [--dtype f32|f64] [--shape MxKxN[:TN]]...
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
@@ -36,12 +38,15 @@
 
 typedef struct mm_shape {
   int64_t m, k, n;
+  unsigned flags; /* GRAFT_TRANS_A / GRAFT_TRANS_B */
 } mm_shape;
 
 static const mm_shape DEFAULT_SHAPES[] = {
-    {128, 128, 128},   {512, 512, 512},   {1024, 1024, 1024}, /* square */
-    {256, 784, 1024},  {256, 1024, 1024}, {256, 1024, 10},     /* MLP layers */
-    {4096, 4096, 1},                                          /* matrix-vector */
+    {128, 128, 128, 0},   {512, 512, 512, 0},   {1024, 1024, 1024, 0}, /* square */
+    {256, 784, 1024, 0},  {256, 1024, 1024, 0}, {256, 1024, 10, 0},    /* MLP layers */
+    {1024, 256, 1024, GRAFT_TRANS_A}, {784, 256, 1024, GRAFT_TRANS_A},  /* MLP weight grads */
+    {256, 1024, 1024, GRAFT_TRANS_B},                                 /* MLP input grad */
+    {4096, 4096, 1, 0},                                               /* matrix-vector */
 };
 
 typedef struct options {
@@ -64,9 +69,10 @@ static void print_header(const bench_info *info, const char *runtime, const opti
                      "graft_matmul in a one-op traced function vs a direct cblas_?gemm call",
                      extra, 2, opt->json);
   if (opt->json) return;
-  printf("# shape MxKxN = [M,K] @ [K,N]; times are per call in microseconds (median of reps);\n"
+  printf("# shape MxKxN = [M,K] @ [K,N] (:TN a stored transposed, :NT b); times are per call\n"
+         "# in microseconds (median of reps);\n"
          "# ratio = median_us / baseline_us; gflops = 2*M*N*K / median_us (graft)\n");
-  printf("# %-6s %-5s %-15s %7s %4s %12s %12s %7s %8s\n", "name", "dtype", "shape",
+  printf("# %-6s %-5s %-18s %7s %4s %12s %12s %7s %8s\n", "name", "dtype", "shape",
          "threads", "reps", "median_us", "baseline_us", "ratio", "gflops");
 }
 
@@ -74,22 +80,22 @@ static void print_header(const bench_info *info, const char *runtime, const opti
 
 static graft_status trace_matmul(graft_trace *t, int n_in, graft_value *const *in,
                                  int n_out, graft_value **out, void *user) {
-  (void)user;
   if (n_in != 2 || n_out != 1)
     return graft_trace_fail(t, GRAFT_EINVAL, "bench_matmul: expected 2 inputs, 1 output");
-  out[0] = graft_matmul(t, in[0], in[1], 0);
+  out[0] = graft_matmul(t, in[0], in[1], ((const mm_shape *)user)->flags);
   return GRAFT_OK;
 }
 
 static void baseline_gemm(graft_dtype dt, const mm_shape *s, const void *a, const void *b,
                           void *c) {
   int m = (int)s->m, n = (int)s->n, k = (int)s->k;
+  int ta = (s->flags & GRAFT_TRANS_A) != 0, tb = (s->flags & GRAFT_TRANS_B) != 0;
+  enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+  int lda = ta ? m : k, ldb = tb ? k : n;
   if (dt == GRAFT_F32)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f,
-                c, n);
+    cblas_sgemm(CblasRowMajor, oa, ob, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
   else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a, k, b, n, 0.0, c,
-                n);
+    cblas_dgemm(CblasRowMajor, oa, ob, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, n);
 }
 
 /* count values uniform in [-1, 1) from seed. */
@@ -147,6 +153,8 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
                    result *res) {
   size_t es = graft_dtype_size(dt);
   int64_t sa[2] = {s->m, s->k}, sb[2] = {s->k, s->n}, sc[2] = {s->m, s->n};
+  if (s->flags & GRAFT_TRANS_A) sa[0] = s->k, sa[1] = s->m;
+  if (s->flags & GRAFT_TRANS_B) sb[0] = s->n, sb[1] = s->k;
   experiment e = {.dt = dt, .s = s};
   e.a = bench_alloc_aligned((size_t)(s->m * s->k) * es);
   e.b = bench_alloc_aligned((size_t)(s->k * s->n) * es);
@@ -165,7 +173,7 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
   if (bench_report(graft_tensor_wrap(dt, 2, sa, e.a, &e.in[0]), "graft_tensor_wrap(a)", NULL) ||
       bench_report(graft_tensor_wrap(dt, 2, sb, e.b, &e.in[1]), "graft_tensor_wrap(b)", NULL) ||
       bench_report(graft_tensor_create(dt, 2, sc, &e.out[0]), "graft_tensor_create(c)", NULL) ||
-      bench_function_create(rt, "bench_matmul", trace_matmul, NULL, 2, 1, &e.f))
+      bench_function_create(rt, "bench_matmul", trace_matmul, (void *)s, 2, 1, &e.f))
     goto done;
 
   /* The first call traces and compiles; warm-up also pages in the buffers. */
@@ -217,7 +225,9 @@ done:
 static void print_row(const options *opt, graft_dtype dt, const mm_shape *s, int threads,
                       const result *r) {
   char shape[96];
-  snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64 "x%" PRId64, s->m, s->k, s->n);
+  snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64 "x%" PRId64 "%s", s->m, s->k, s->n,
+           s->flags == GRAFT_TRANS_A ? ":TN" : s->flags == GRAFT_TRANS_B ? ":NT"
+           : s->flags ? ":TT" : "");
   double ratio = r->baseline_us > 0.0 ? r->median_us / r->baseline_us : 0.0;
   double gflops = r->median_us > 0.0 ? 2.0 * (double)s->m * (double)s->n * (double)s->k /
                                            (r->median_us * 1e3)
@@ -230,7 +240,7 @@ static void print_row(const options *opt, graft_dtype dt, const mm_shape *s, int
            graft_dtype_name(dt), shape, s->m, s->k, s->n, threads, r->reps, r->inner,
            r->median_us, r->baseline_us, ratio, gflops, r->max_abs_diff);
   else
-    printf("%-8s %-5s %-15s %7d %4d %12.2f %12.2f %7.3f %8.2f\n", "matmul",
+    printf("%-8s %-5s %-18s %7d %4d %12.2f %12.2f %7.3f %8.2f\n", "matmul",
            graft_dtype_name(dt), shape, threads, r->reps, r->median_us, r->baseline_us,
            ratio, gflops);
   fflush(stdout);
@@ -240,22 +250,27 @@ static void print_row(const options *opt, graft_dtype dt, const mm_shape *s, int
 
 static void usage(FILE *to) {
   fprintf(to,
-          "usage: bench_matmul [--json] [--reps N] [--dtype f32|f64] [--shape MxKxN]...\n"
+          "usage: bench_matmul [--json] [--reps N] [--dtype f32|f64] [--shape MxKxN[:TN]]...\n"
           "  --json         one JSON object per line (a header, then one per row)\n"
           "  --reps N       timed repetitions per experiment (>= %d, default %d)\n"
           "  --dtype D      only f32 or only f64 (default: both)\n"
-          "  --shape MxKxN  [M,K] @ [K,N]; repeatable; replaces the default shapes\n",
+          "  --shape MxKxN  [M,K] @ [K,N]; repeatable; replaces the default shapes; a\n"
+          "                 suffix :TN, :NT or :TT stores a, b or both transposed\n",
           MIN_REPS, DEFAULT_REPS);
 }
 
 static int parse_shape(const char *s, mm_shape *out) {
-  char tail;
+  char tail, t[3] = "";
   long long m, k, n;
-  if (sscanf(s, "%lldx%lldx%lld%c", &m, &k, &n, &tail) != 3) return -1;
+  int got = sscanf(s, "%lldx%lldx%lld:%2[NT]%c", &m, &k, &n, t, &tail);
+  if (got != 3 && got != 4) return -1;
+  if (got == 3 && strchr(s, ':')) return -1;
+  if (got == 4 && strlen(t) != 2) return -1;
   if (m < 1 || k < 1 || n < 1 || m > INT32_MAX || k > INT32_MAX || n > INT32_MAX) return -1;
   out->m = m;
   out->k = k;
   out->n = n;
+  out->flags = (t[0] == 'T' ? GRAFT_TRANS_A : 0u) | (t[1] == 'T' ? GRAFT_TRANS_B : 0u);
   return 0;
 }
 

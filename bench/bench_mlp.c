@@ -199,7 +199,8 @@ static int gemm_run(const gemm *g, gemm_variant v) {
   if (v == GV_SINGLE) {
     gemm_rows(g, 0, g->M);
   } else if (v == GV_TILES) {
-    int rows = (g->N < TILE_MIN && g->M > g->N) || (g->ta && g->M >= 2 * TILE_MIN);
+    int rows = (g->N < TILE_MIN && g->M > g->N) ||
+               (g->M >= 2 * TILE_MIN && (g->ta || g->M / TILE_MIN >= g->N / TILE_MIN));
     int S = rows ? g->M : g->N, len = tile_len(S, rows && g->N < TILE_MIN ? TILE_MIN_ROWS : TILE_MIN);
     for (int u = 0; u < S; u += len) {
       int u1 = u + len < S ? u + len : S;

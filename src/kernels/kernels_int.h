@@ -22,11 +22,14 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
  *     M > N: a classifier head, a matrix-vector product) split by rows,
  *     at least GRAFT__MM_MIN_ROWS each (the narrow op(b) is cheap to
  *     repack), so they still spread over workers;
- *   - products whose op(a) is transposed (x^T @ dy, the weight gradient of
- *     a dense layer) split by rows of at least GRAFT__MM_MIN_COLS once M
- *     allows two: OpenBLAS gathers a transposed op(a) when it packs it, so
- *     repeating that per column tile costs more (1.09-1.14x a single call
- *     on 1024x256x1024 and 2048x512x2048, against 1.04-1.05x for rows).
+ *   - otherwise products with rows for two or more 256-row tiles split by
+ *     rows (at least GRAFT__MM_MIN_COLS each) when that gives as many
+ *     tiles as columns would, or when op(a) is transposed (x^T @ dy, the
+ *     weight gradient of a dense layer): measured with OpenBLAS 0.3.21,
+ *     repeating op(a)'s packing per column tile costs more than repeating
+ *     op(b)'s per row tile (1024^3 f64: 1.15x a single call against
+ *     1.04x; 1024x256x1024 with a transposed: 1.09-1.25x against 1.0-1.05x);
+ *     a batch of 256 rows still splits by columns.
  * Tiles of a segment are as equal as GRAFT__MM_ALIGN allows, so no ragged
  * sliver is left at a batch's end. */
 #define GRAFT__MM_MIN_COLS 256
@@ -36,7 +39,8 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
 /* Whether the units of an M x N product (op(a) transposed: trans_a) are
  * rows (else columns). */
 static inline int graft__mm_by_rows(int64_t M, int64_t N, int trans_a) {
-  return (N < GRAFT__MM_MIN_COLS && M > N) || (trans_a && M >= 2 * GRAFT__MM_MIN_COLS);
+  const int64_t T = GRAFT__MM_MIN_COLS;
+  return (N < T && M > N) || (M >= 2 * T && (trans_a || M / T >= N / T));
 }
 
 /* The fewest units a GEMM tile gets (by_rows: graft__mm_by_rows). */

@@ -18,12 +18,10 @@
  * what a direct CBLAS call would do (a gemv where the block is one column
  * or one row).
  *
- * Why columns: OpenBLAS packs the whole op(a) (M x K) once per call but
- * op(b) only for the columns of the call, so a column split repeats only
- * the packing of op(a), which is amortized over the call's columns (the
- * tiler gives each tile at least GRAFT__MM_MIN_COLS of them).  A row split
- * repacks all of op(b) per call instead, which is cheaper when op(b) is
- * narrow or op(a) is transposed.
+ * Which: OpenBLAS packs the whole op(a) (M x K) once per call but op(b)
+ * only for the columns of the call, so a column split repeats the packing
+ * of op(a); a row split repeats that of op(b).  kernels_int.h
+ * (graft__mm_by_rows) picks the cheaper where both split.
  *
  * An optimized BLAS may sum an element differently depending on its place
  * in the call, so different splits of the units may differ in the last

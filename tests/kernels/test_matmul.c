@@ -124,7 +124,8 @@ static void check_cases(const mm_case *cases, size_t n, uint64_t seed) {
 /* ---- correct results -------------------------------------------------- */
 
 /* Products large enough to be tiled: column tiles (784 columns: three
- * near-equal tiles), row tiles where op(a) is transposed, and row tiles for
+ * near-equal tiles), row tiles where op(a) is transposed or rows split as
+ * finely as columns, and row tiles for
  * outputs too narrow for columns (a classifier head, a matrix-vector
  * product, batched and broadcast ones), in every flag combination.  Each
  * runs as several tiles, matches the oracle, and is bitwise the same under
@@ -134,6 +135,7 @@ static void test_matmul__tiled_bitwise_across_schedules(void **state) {
   static const mm_case cases[] = {
       {"cols 64x128x1024", 0, {0}, 0, {0}, 64, 128, 1024},
       {"600x32x784 (rows under TRANS_A)", 0, {0}, 0, {0}, 600, 32, 784},
+      {"rows 640x32x512", 0, {0}, 0, {0}, 640, 32, 512},
       {"head 256x1024x10", 0, {0}, 0, {0}, 256, 1024, 10},
       {"matvec 1000x300x1", 0, {0}, 0, {0}, 1000, 300, 1},
       {"[3]x[3] 200x64x7", 1, {3}, 1, {3}, 200, 64, 7},
