@@ -184,9 +184,10 @@ static void gemm_cols(const gemm *g, int j0, int j1) {
 }
 
 /* graft's tile extent for a segment of S units and a minimum of min: as
- * many tiles of at least min as fit, near-equal, a multiple of 16. */
+ * many tiles of at least 3/4 min as fit, near-equal, a multiple of 16. */
 static int tile_len(int S, int min) {
-  int n = S / min > 1 ? S / min : 1;
+  int n = (S + min - 1) / min;
+  if (S / n < min * 3 / 4) n = S / min > 1 ? S / min : 1;
   return ((S + n - 1) / n + 15) / 16 * 16;
 }
 

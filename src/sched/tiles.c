@@ -61,9 +61,9 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
      * batches of N columns (M rows).  Each tile is one gemm per batch that
      * repacks op(a) (M x K, = per_unit) for column tiles, or op(b) for row
      * tiles, so a tile gets at least max(grain, min * per_unit)
-     * multiply-adds: len >= min units (graft__mm_min_units).  A segment
-     * splits into as many tiles of that size as fit, made equal up to a
-     * multiple of GRAFT__MM_ALIGN.  At len >= the segment, tiles are whole
+     * multiply-adds: len >= min units (graft__mm_min_units), give or take
+     * a quarter.  A segment splits into as many tiles of that size as fit,
+     * made equal up to a multiple of GRAFT__MM_ALIGN.  At len >= the segment, tiles are whole
      * batches. */
     const graft__tview *o = k->out;
     const int64_t M = o->rank >= 2 ? o->shape[o->rank - 2] : 0;
@@ -77,7 +77,11 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
     if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
     tl->seg = S;
     if (len < S) {
-      int64_t per_seg = GRAFT__MAX(S / len, (int64_t)1);
+      /* As many tiles as fit at 3/4 of len or more: 784 rows of at least
+       * 256 make four tiles, not three (a third tile leaves one of two
+       * workers idle for a whole tile). */
+      int64_t per_seg = (S + len - 1) / len;
+      if (S / per_seg < len * 3 / 4) per_seg = GRAFT__MAX(S / len, (int64_t)1);
       if (batches * per_seg > MAX_TILES) per_seg = GRAFT__MAX(MAX_TILES / batches, (int64_t)1);
       len = ((S + per_seg - 1) / per_seg + al - 1) / al * al;
       per_seg = (S + len - 1) / len;
