@@ -63,16 +63,20 @@ static inline double tu_get(const graft_tensor *t, int64_t i) {
   }
 }
 
-/* The runtime shared by a test file: 1 thread, sequential (deterministic). */
-static inline graft_runtime *tu_runtime(void) {
+/* A runtime with scheduler sched ("seq", "ws", "omp") and threads
+ * threads, the rest default. */
+static inline graft_runtime *tu_runtime_with(const char *sched, int threads) {
   graft_runtime_opts o;
   graft_runtime_opts_init(&o);
-  o.num_threads = 1;
-  o.sched = "seq";
+  o.num_threads = threads;
+  o.sched = sched;
   graft_runtime *rt = NULL;
   assert_int_equal(graft_runtime_create(&o, &rt), GRAFT_OK);
   return rt;
 }
+
+/* The runtime shared by a test file: 1 thread, sequential (deterministic). */
+static inline graft_runtime *tu_runtime(void) { return tu_runtime_with("seq", 1); }
 
 /* Create a function from fn, call it once on in[] (outputs allocated by graft
  * into out[]), destroy it.  Returns the call's status; on failure copies the

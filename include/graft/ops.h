@@ -58,6 +58,13 @@ GRAFT_API graft_value *graft_equal(graft_trace *t, graft_value *a, graft_value *
  * a and b share theirs. */
 GRAFT_API graft_value *graft_where(graft_trace *t, graft_value *cond,
                                    graft_value *a, graft_value *b);
+/* a * b + c, all three broadcast together (f32 or f64, one dtype).  The
+ * product is rounded before the sum, so the result is bitwise that of
+ * graft_add(graft_mul(a, b), c), in one pass over the operands.
+ * graft_assign_sub(v, s * g) and graft_assign_add with a scalar s and g
+ * shaped like v use it on their own. */
+GRAFT_API graft_value *graft_mul_add(graft_trace *t, graft_value *a, graft_value *b,
+                                     graft_value *c);
 
 /* ---- elementwise unary ------------------------------------------------ */
 GRAFT_API graft_value *graft_neg(graft_trace *t, graft_value *x);

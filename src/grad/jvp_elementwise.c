@@ -241,6 +241,16 @@ RULE_(MINIMUM) {
   return choose(t, graft_less(t, in[0], in[1]), tin[0], tin[1], y);
 }
 
+/* ta b + a tb + tc. */
+RULE_(MUL_ADD) {
+  UNUSED_(n);
+  graft_value *ra = tin[0] ? graft_mul(t, tin[0], in[1]) : NULL;
+  graft_value *rb = tin[1] ? graft_mul(t, in[0], tin[1]) : NULL;
+  graft_value *r = sum2(t, ra, rb);
+  if (tin[2]) r = r ? graft_add(t, r, tin[2]) : tin[2];
+  return shaped(t, r, y);
+}
+
 /* where(c, ta, tb); the condition carries no tangent. */
 RULE_(WHERE) {
   UNUSED_(n);

@@ -192,6 +192,14 @@ RULE_(MINIMUM) {
   set2(t, in, graft__grad_mask(t, c, g), graft__grad_mask_not(t, c, g), gx);
 }
 
+/* a b + c: each input's share summed back to its shape. */
+RULE_(MUL_ADD) {
+  UNUSED_(n), UNUSED_(y);
+  gx[0] = graft__grad_unbroadcast(t, graft_mul(t, g, in[1]), in[0]);
+  gx[1] = graft__grad_unbroadcast(t, graft_mul(t, g, in[0]), in[1]);
+  gx[2] = graft__grad_unbroadcast(t, g, in[2]);
+}
+
 /* The condition gets nothing. */
 RULE_(WHERE) {
   UNUSED_(n), UNUSED_(y);

@@ -75,6 +75,7 @@ enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
   X(LESS, "less", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)                \
   X(EQUAL, "equal", 2, binary, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)              \
   X(WHERE, "where", 3, where, GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)               \
+  X(MUL_ADD, "mul_add", 3, mul_add, GRAFT__OPF_ELEMWISE, 2, UNITS)                          \
   /* reductions */                                                                \
   X(REDUCE_SUM, "reduce_sum", 1, reduce, GRAFT__OPF_INT, 1, UNITS)                          \
   X(REDUCE_MEAN, "reduce_mean", 1, reduce, 0, 1, UNITS)                                     \

@@ -234,6 +234,12 @@ GRAFT_API graft_value *graft_where(graft_trace *t, graft_value *cond, graft_valu
   return emit(t, &sp, 3, in);
 }
 
+GRAFT_API graft_value *graft_mul_add(graft_trace *t, graft_value *a, graft_value *b, graft_value *c) {
+  spec sp = {.op = GRAFT__OP_MUL_ADD};
+  graft_value *in[3] = {a, b, c};
+  return emit(t, &sp, 3, in);
+}
+
 GRAFT_API graft_value *graft_cast(graft_trace *t, graft_value *x, graft_dtype to) {
   if (!t) return NULL;
   if (!dtype_ok(to) && !t->status) return fail_op(t, GRAFT__OP_CAST, GRAFT_EDTYPE, "invalid target dtype");
@@ -501,13 +507,45 @@ GRAFT_API graft_value *graft_assign(graft_trace *t, graft_variable *v, graft_val
   return r;
 }
 
+/* Whether node n is a float scalar that broadcasts into (rank) dims. */
+static int is_scalar_into(const graft__node *n, int rank) {
+  if (n->dtype == GRAFT_I32 || n->rank > rank) return 0;
+  for (int i = 0; i < n->rank; i++)
+    if (n->shape[i] != 1) return 0;
+  return 1;
+}
+
+/* v's new value for v -= d (op SUB) or v += d (ADD) when d is s * g with s
+ * a float scalar and g shaped like v (an SGD step): one mul_add pass over
+ * g and v instead of a product pass and an update pass.  Bitwise the same
+ * as the two ops: mul_add rounds the product first, and negating s is
+ * exact.  NULL when d is not of that form. */
+static graft_value *fused_update(graft_trace *t, graft_value *old, graft_value *d, int op) {
+  if (old->id == GRAFT__POISON_ID || d->id == GRAFT__POISON_ID) return NULL;
+  const graft__node *m = (const graft__node *)d, *o = (const graft__node *)old;
+  if (m->op != GRAFT__OP_MUL || m->n_in != 2 || m->dtype != o->dtype) return NULL;
+  graft_value *s = &graft__graph_node(t->g, m->in[0])->v;
+  graft_value *g = &graft__graph_node(t->g, m->in[1])->v;
+  if (!is_scalar_into((const graft__node *)s, o->rank)) {
+    graft_value *x = s;
+    s = g;
+    g = x;
+  }
+  const graft__node *gn = (const graft__node *)g;
+  if (!is_scalar_into((const graft__node *)s, o->rank) || gn->rank != o->rank ||
+      memcmp(gn->shape, o->shape, (size_t)o->rank * sizeof *o->shape) != 0)
+    return NULL;
+  return graft_mul_add(t, op == GRAFT__OP_SUB ? graft_neg(t, s) : s, g, old);
+}
+
 static graft_value *assign_op(graft_trace *t, graft_variable *v, graft_value *d, int op) {
   if (!t) return NULL;
   graft_value *early = var_check(t, GRAFT__OP_ASSIGN, v);
   if (early) return early;
   early = check_inputs(t, GRAFT__OP_ASSIGN, 1, &d);
   if (early) return early;
-  return graft_assign(t, v, op2(t, op, graft_read(t, v), d));
+  graft_value *old = graft_read(t, v), *fused = fused_update(t, old, d, op);
+  return graft_assign(t, v, fused ? fused : op2(t, op, old, d));
 }
 
 GRAFT_API graft_value *graft_assign_add(graft_trace *t, graft_variable *v, graft_value *d) {

@@ -143,6 +143,18 @@ graft_status graft__shape_where(graft__shape_ctx *c, const graft__node *n,
   return st;
 }
 
+graft_status graft__shape_mul_add(graft__shape_ctx *c, const graft__node *n,
+                                  const graft__shape *in, graft__shape *out) {
+  if (in[0].dtype != in[1].dtype || in[1].dtype != in[2].dtype)
+    return fail(c, GRAFT_EDTYPE, "operand dtypes differ: %s, %s, %s (use cast)",
+                graft_dtype_name(in[0].dtype), graft_dtype_name(in[1].dtype),
+                graft_dtype_name(in[2].dtype));
+  graft_status st = need_int_ok(c, n, in[0].dtype);
+  graft__shape ab;
+  if (st == GRAFT_OK) st = bcast(c, &in[0], &in[1], &ab);
+  return st ? st : bcast(c, &ab, &in[2], out);
+}
+
 graft_status graft__shape_reduce(graft__shape_ctx *c, const graft__node *n,
                                  const graft__shape *in, graft__shape *out) {
   graft_status st = need_int_ok(c, n, in[0].dtype);

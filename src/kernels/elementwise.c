@@ -286,6 +286,54 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
     }                                                                      \
   }
 
+/* a * b + c with the product rounded first (two roundings, as mul then
+ * add: the build has no floating-point contraction, -std=c11). */
+#define DEF_MUL_ADD(NAME, T)                                               \
+  static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
+    const T *as_ = (const T *)k->in[0]->data;                              \
+    const T *bs_ = (const T *)k->in[1]->data;                              \
+    const T *cs_ = (const T *)k->in[2]->data;                              \
+    T *ys_ = (T *)k->out->data;                                            \
+    const int64_t no_ = k->out->numel;                                     \
+    if (k->in[1]->numel == no_ && k->in[2]->numel == no_ &&                \
+        (k->in[0]->numel == no_ || k->in[0]->numel == 1)) {                \
+      /* full b and c, full or scalar a (an SGD step: -lr * g + w) */      \
+      if (k->in[0]->numel == 1) {                                          \
+        const T a0_ = as_[0];                                              \
+        for (int64_t i_ = begin; i_ < end; i_++) {                         \
+          const T p_ = a0_ * bs_[i_];                                      \
+          ys_[i_] = p_ + cs_[i_];                                          \
+        }                                                                  \
+      } else {                                                             \
+        for (int64_t i_ = begin; i_ < end; i_++) {                         \
+          const T p_ = as_[i_] * bs_[i_];                                  \
+          ys_[i_] = p_ + cs_[i_];                                          \
+        }                                                                  \
+      }                                                                    \
+      return;                                                              \
+    }                                                                      \
+    bplan p_;                                                              \
+    biter it_;                                                             \
+    plan_init(&p_, k, 3);                                                  \
+    iter_seek(&p_, &it_, begin);                                           \
+    int64_t sa_ = p_.stride[0][p_.rank - 1];                               \
+    int64_t sb_ = p_.stride[1][p_.rank - 1];                               \
+    int64_t sc_ = p_.stride[2][p_.rank - 1];                               \
+    for (int64_t i_ = begin; i_ < end;) {                                  \
+      int64_t n_ = iter_run(&p_, &it_, end - i_);                          \
+      const T *pa_ = as_ + it_.off[0];                                     \
+      const T *pb_ = bs_ + it_.off[1];                                     \
+      const T *pc_ = cs_ + it_.off[2];                                     \
+      T *py_ = ys_ + i_;                                                   \
+      for (int64_t j_ = 0; j_ < n_; j_++) {                                \
+        const T p2_ = pa_[j_ * sa_] * pb_[j_ * sb_];                       \
+        py_[j_] = p2_ + pc_[j_ * sc_];                                     \
+      }                                                                    \
+      i_ += n_;                                                            \
+      iter_step(&p_, &it_, n_);                                            \
+    }                                                                      \
+  }
+
 /* ---- shared helpers -------------------------------------------------- */
 
 /* Bytes per element, 0 for a value outside the enum (also guards the
@@ -612,6 +660,22 @@ graft_status graft__k_WHERE(const graft__kargs *k, int64_t begin, int64_t end) {
                    [GRAFT_I32] = where_i32_i32},
   };
   table[cond][val](k, begin, end);
+  return GRAFT_OK;
+}
+
+DEF_MUL_ADD(mul_add_f32, float)
+DEF_MUL_ADD(mul_add_f64, double)
+
+graft_status graft__k_MUL_ADD(const graft__kargs *k, int64_t begin, int64_t end) {
+  graft_status s = check_args(k, 0, 3, begin, end);
+  if (s != GRAFT_OK || begin >= end)
+    return s;
+  if (k->out->dtype == GRAFT_F32)
+    mul_add_f32(k, begin, end);
+  else if (k->out->dtype == GRAFT_F64)
+    mul_add_f64(k, begin, end);
+  else
+    return bad_dtype(k);
   return GRAFT_OK;
 }
 

@@ -6,7 +6,7 @@
  * a matrix and a scalar, every binary op on broadcasting shape pairs, every
  * reduction over several axis sets with and without keepdims, matmul with
  * every flag and broadcast batch dims, and the written-out shape, softmax,
- * cross-entropy, where and cast rows); make_inputs draws a case's inputs
+ * cross-entropy, where, mul_add and cast rows); make_inputs draws a case's inputs
  * (f32-representable, the same numbers in either float dtype); apply_op
  * traces the case's op; weights_like makes fixed random weights shaped like
  * a value (odd multiples of 1/64, exact in f32); op_loss is the scalar
@@ -33,7 +33,7 @@ enum op {
   OP_SIGN, OP_SIN, OP_COS, OP_TAN, OP_LGAMMA, OP_DIGAMMA, OP_POLYGAMMA, OP_CAST,
   /* binary */
   OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_POW, OP_MAXIMUM, OP_MINIMUM, OP_GREATER, OP_LESS,
-  OP_WHERE,
+  OP_WHERE, OP_MUL_ADD,
   /* reductions */
   OP_REDUCE_SUM, OP_REDUCE_MEAN, OP_REDUCE_MAX, OP_REDUCE_PROD, OP_LOGSUMEXP,
   /* the rest */
@@ -185,7 +185,7 @@ static const struct {
 } k_axis_sets[] = {{0, {0}},    {1, {0}},    {1, {1}},    {1, {-1}},
                    {2, {0, 2}}, {2, {2, 1}}, {3, {0, 1, 2}}};
 
-/* ---- shape, nn, where and cast rows (written out) ------------------------- */
+/* ---- shape, nn, where, mul_add and cast rows (written out) ------------------ */
 
 static const int k_perm_201[] = {2, 0, 1};
 static const int k_perm_102[] = {1, 0, 2};
@@ -268,6 +268,19 @@ static const op_case k_misc[] = {
     {.name = "where [5,1] ? [] : [3,1,4]", .op = OP_WHERE, .n_in = 2,
      .in = {IN0(GEN_UNIFORM, -2, 2), IN3(3, 1, 4, GEN_UNIFORM, -2, 2)}, .rank2 = 2,
      .shape2 = {5, 1}},
+    /* mul_add, w.r.t. all three operands, broadcasting every way */
+    {.name = "mul_add [3,4] * [3,4] + [3,4]", .op = OP_MUL_ADD, .n_in = 3,
+     .in = {IN2(3, 4, GEN_UNIFORM, -2, 2), IN2(3, 4, GEN_UNIFORM, -2, 2),
+            IN2(3, 4, GEN_UNIFORM, -2, 2)}},
+    {.name = "mul_add [] * [3,4] + [3,4]", .op = OP_MUL_ADD, .n_in = 3,
+     .in = {IN0(GEN_UNIFORM, -2, 2), IN2(3, 4, GEN_UNIFORM, -2, 2),
+            IN2(3, 4, GEN_UNIFORM, -2, 2)}},
+    {.name = "mul_add [3,1,4] * [5,1] + [4]", .op = OP_MUL_ADD, .n_in = 3,
+     .in = {IN3(3, 1, 4, GEN_UNIFORM, -2, 2), IN2(5, 1, GEN_UNIFORM, -2, 2),
+            IN1(4, GEN_UNIFORM, -2, 2)}},
+    {.name = "mul_add [4] * [] + [2,3,1]", .op = OP_MUL_ADD, .n_in = 3,
+     .in = {IN1(4, GEN_UNIFORM, -2, 2), IN0(GEN_UNIFORM, -2, 2),
+            IN3(2, 3, 1, GEN_UNIFORM, -2, 2)}},
     /* cast between the float dtypes (exact grids, see the file comment) */
     {.name = "cast f32 -> f64", .op = OP_CAST, .n_in = 1,
      .in = {{2, {3, 5}, GEN_FINE, -1, 1, DT_F32}}, .cast_to = GRAFT_F64, .step = 0x1p-10,
@@ -515,6 +528,7 @@ static inline graft_value *apply_op(graft_trace *t, const op_case *c, graft_valu
   case OP_GREATER: return graft_greater(t, x, in[1]);
   case OP_LESS: return graft_less(t, x, in[1]);
   case OP_WHERE: return graft_where(t, where_cond(t, c, graft_value_dtype(x)), x, in[1]);
+  case OP_MUL_ADD: return graft_mul_add(t, x, in[1], in[2]);
   case OP_REDUCE_SUM: return graft_reduce_sum(t, x, c->n_axes, c->axes, c->keepdims);
   case OP_REDUCE_MEAN: return graft_reduce_mean(t, x, c->n_axes, c->axes, c->keepdims);
   case OP_REDUCE_MAX: return graft_reduce_max(t, x, c->n_axes, c->axes, c->keepdims);

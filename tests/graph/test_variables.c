@@ -713,6 +713,101 @@ static void test_graft_assign__direct_sgd_steps_bitwise_equal_across_threads(voi
   graft_tensor_destroy(b0);
 }
 
+/* ---- SGD updates as one mul_add pass ----------------------------------- */
+
+/* Live nodes of op (its DOT name) in f's last traced graph. */
+static int live_ops(graft_function *f, const char *op) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&buf, &len);
+  assert_non_null(m);
+  assert_int_equal(graft_function_write_dot(f, m), GRAFT_OK);
+  fclose(m);
+  int count = 0;
+  size_t n = strlen(op);
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    char *l = strstr(line, "label=\"#");
+    if (!l || strstr(line, ",dashed")) continue;
+    l += 8;
+    while (*l >= '0' && *l <= '9') l++;
+    if (*l == ' ' && strncmp(l + 1, op, n) == 0 && !(l[1 + n] == '_' || (l[1 + n] >= 'a' && l[1 + n] <= 'z')))
+      count++;
+  }
+  free(buf);
+  return count;
+}
+
+typedef struct update_case {
+  graft_variable *v;
+  int fused_api;   /* graft_assign_sub / _add (else assign of sub / add) */
+  int add;         /* v += s g (else v -= s g) */
+  int scalar_last; /* mul(g, s) (else mul(s, g)) */
+} update_case;
+
+/* in[0] = g, in[1] = s: v := v -/+ s g, out[0] = the new value. */
+static graft_status update_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                              graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  const update_case *u = user;
+  graft_value *d = u->scalar_last ? graft_mul(t, in[0], in[1]) : graft_mul(t, in[1], in[0]);
+  if (u->fused_api)
+    out[0] = u->add ? graft_assign_add(t, u->v, d) : graft_assign_sub(t, u->v, d);
+  else
+    out[0] = graft_assign(t, u->v, u->add ? graft_add(t, graft_read(t, u->v), d)
+                                          : graft_sub(t, graft_read(t, u->v), d));
+  return GRAFT_OK;
+}
+
+/* assign_sub(v, s * g) and assign_add(v, g * s) with a scalar s (rank 0 or
+ * all ones) run as one live mul_add and no live mul, and leave v bitwise as
+ * the separate mul and sub / add do, over three steps, f32 and f64, on ws
+ * at 3 threads (tiled).  A full-shape s is not fused, and still right. */
+static void test_graft_assign_sub__scaled_update_is_one_mul_add_bitwise(void **state) {
+  (void)state;
+  const int64_t sv[] = {200, 300}, s11[] = {1, 1};
+  graft_runtime *rt = runtime_ws(3);
+  tu_rng r = {0x5e9d};
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < 4; k++) {
+      graft_dtype dt = d ? GRAFT_F64 : GRAFT_F32;
+      int add = k & 1, scalar_last = k >> 1;
+      /* k 0..3: rank-0 and [1,1] scalars; a [200,300] s once (k == 3) */
+      int full = k == 3;
+      graft_tensor *g = tu_tensor_rand(&r, dt, 2, sv, -1, 1);
+      graft_tensor *s = full ? tu_tensor_rand(&r, dt, 2, sv, 0.01, 0.1)
+                             : tu_tensor_rand(&r, dt, k == 2 ? 2 : 0, s11, 0.01, 0.1);
+      graft_tensor *v0 = tu_tensor_rand(&r, dt, 2, sv, -1, 1);
+      graft_tensor *want = NULL;
+      for (int api = 1; api >= 0; api--) {
+        update_case u = {make_var("upd", dt, 2, sv, graft_tensor_data(v0)), api, add, scalar_last};
+        graft_function *f = tu_function(rt, "update", update_cb, &u, 2, 1, NULL);
+        graft_tensor *in[2] = {g, s};
+        for (int step = 0; step < 3; step++) {
+          graft_tensor *out[1] = {NULL};
+          tu_assert_call_ok(f, 2, in, 1, out);
+          tu_destroy_outs(out, 1);
+        }
+        if (api) {
+          assert_int_equal(live_ops(f, "mul_add"), full ? 0 : 1);
+          assert_int_equal(live_ops(f, "mul"), full ? 1 : 0);
+          want = tu_copy(graft_variable_value(u.v));
+        } else {
+          assert_int_equal(live_ops(f, "mul_add"), 0);
+          if (!tu_bitwise_equal(graft_variable_value(u.v), want))
+            fail_msg("%s k=%d: fused update differs bitwise from mul + %s", graft_dtype_name(dt),
+                     k, add ? "add" : "sub");
+        }
+        graft_function_destroy(f);
+        graft_variable_destroy(u.v);
+      }
+      graft_tensor_destroy(want);
+      graft_tensor_destroy(v0);
+      graft_tensor_destroy(s);
+      graft_tensor_destroy(g);
+    }
+  graft_runtime_destroy(rt);
+}
+
 /* r = read(v); v := x; out = r + (new v): the old value is read after the
  * assign in every schedule, so the assign is staged. */
 static graft_status old_and_new_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
@@ -776,6 +871,7 @@ int main(void) {
       cmocka_unit_test(test_graft_read__after_assign_returns_new_value),
       cmocka_unit_test(test_graft_assign__earlier_read_keeps_old_value),
       cmocka_unit_test(test_graft_assign_sub__decrements_and_returns_new_value),
+      cmocka_unit_test(test_graft_assign_sub__scaled_update_is_one_mul_add_bitwise),
       cmocka_unit_test(test_graft_assign_add__broadcast_delta),
       cmocka_unit_test(test_graft_assign__scalar_broadcasts_to_variable),
       cmocka_unit_test(test_graft_assign_add__i32_counter),

@@ -643,6 +643,94 @@ static void test_graft_add__large_broadcast_spans_tiles(void **state) {
   }
 }
 
+/* ---- mul_add ------------------------------------------------------------ */
+
+static graft_status trace_mul_add(graft_trace *t, int n_in, graft_value *const *in,
+                                  int n_out, graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  out[0] = graft_mul_add(t, in[0], in[1], in[2]);
+  out[1] = graft_add(t, graft_mul(t, in[0], in[1]), in[2]);
+  return GRAFT_OK;
+}
+
+/* mul_add(a, b, c) equals round(round(a b) + c) element by element (in the
+ * dtype), and is bitwise the same as add(mul(a, b), c): full operands, a
+ * scalar a (the SGD case, vectorized path), and every broadcasting layout,
+ * f32 and f64, on seq and on ws with 3 threads over tiles. */
+static void test_graft_mul_add__equals_add_of_mul_bitwise(void **state) {
+  (void)state;
+  static const struct {
+    int ra, rb, rc;
+    int64_t sa[3], sb[3], sc[3];
+  } cases[] = {
+      {2, 2, 2, {300, 400}, {300, 400}, {300, 400}}, /* full, tiled */
+      {0, 2, 2, {0}, {300, 400}, {300, 400}},        /* scalar a, tiled */
+      {1, 2, 2, {1}, {3, 4}, {3, 4}},
+      {3, 2, 1, {3, 1, 4}, {5, 1}, {4}},
+      {1, 3, 2, {5}, {2, 1, 1}, {4, 1}},
+  };
+  graft_runtime *ws = tu_runtime_with("ws", 3);
+  tu_rng rng = rng_for(4800);
+  for (size_t i = 0; i < TU_N_OF(cases); i++)
+    for (int d = 0; d < 2; d++) {
+      graft_dtype dt = d ? GRAFT_F64 : GRAFT_F32;
+      graft_tensor *in[3] = {tu_tensor_rand(&rng, dt, cases[i].ra, cases[i].sa, -3, 3),
+                             tu_tensor_rand(&rng, dt, cases[i].rb, cases[i].sb, -3, 3),
+                             tu_tensor_rand(&rng, dt, cases[i].rc, cases[i].sc, -3, 3)};
+      for (int r = 0; r < 2; r++) {
+        graft_tensor *out[2] = {NULL, NULL};
+        char msg[512] = "";
+        tu_assert_run_ok(tu_run(r ? ws : g_rt, trace_mul_add, NULL, 3, in, 2, out, msg), NULL,
+                         msg);
+        int ro = graft_tensor_rank(out[0]);
+        const int64_t *so = graft_tensor_shape(out[0]);
+        tu_assert_shape(out[1], ro, so, NULL);
+        for (int64_t j = 0; j < tu_numel(ro, so); j++) {
+          double v[3];
+          for (int k = 0; k < 3; k++)
+            v[k] = tu_get(in[k], tu_bcast_src(ro, so, j, graft_tensor_rank(in[k]),
+                                              graft_tensor_shape(in[k])));
+          double want = d ? v[0] * v[1] + v[2] : (double)((float)((float)v[0] * (float)v[1]) + (float)v[2]);
+          if (tu_get(out[0], j) != want)
+            fail_msg("case %zu %s: mul_add(%g, %g, %g) [element %lld]: got %.17g want %.17g", i,
+                     graft_dtype_name(dt), v[0], v[1], v[2], (long long)j, tu_get(out[0], j), want);
+        }
+        assert_memory_equal(graft_tensor_data(out[0]), graft_tensor_data(out[1]),
+                            (size_t)tu_numel(ro, so) * graft_dtype_size(dt));
+        graft_tensor_destroy(out[0]);
+        graft_tensor_destroy(out[1]);
+      }
+      for (int k = 0; k < 3; k++) graft_tensor_destroy(in[k]);
+    }
+  graft_runtime_destroy(ws);
+}
+
+static void test_graft_mul_add__bad_operands_fail(void **state) {
+  (void)state;
+  static const int64_t s[] = {2, 3}, s4[] = {4};
+  tu_rng rng = rng_for(4900);
+  static const struct {
+    graft_dtype da, db, dc;
+    int rc;
+    const int64_t *sc;
+    graft_status want;
+  } cases[] = {
+      {GRAFT_F32, GRAFT_F32, GRAFT_F64, 2, s, GRAFT_EDTYPE},
+      {GRAFT_I32, GRAFT_I32, GRAFT_I32, 2, s, GRAFT_EDTYPE},
+      {GRAFT_F64, GRAFT_F64, GRAFT_F64, 1, s4, GRAFT_ESHAPE},
+  };
+  for (size_t i = 0; i < TU_N_OF(cases); i++) {
+    graft_tensor *in[3] = {tu_tensor_rand(&rng, cases[i].da, 2, s, -1, 1),
+                           tu_tensor_rand(&rng, cases[i].db, 2, s, -1, 1),
+                           tu_tensor_rand(&rng, cases[i].dc, cases[i].rc, cases[i].sc, -1, 1)};
+    graft_tensor *out[2] = {NULL, NULL};
+    char msg[512] = "";
+    graft_status st = tu_run(g_rt, trace_mul_add, NULL, 3, in, 2, out, msg);
+    tu_assert_run_fails(st, cases[i].want, out[0], msg, "mul_add", NULL);
+    for (int k = 0; k < 3; k++) graft_tensor_destroy(in[k]);
+  }
+}
+
 /* ---- where ------------------------------------------------------------ */
 
 static graft_status trace_where(graft_trace *t, int n_in, graft_value *const *in,
@@ -1006,6 +1094,8 @@ int main(void) {
       cmocka_unit_test(test_graft_add__zero_vs_nonunit_dim_fails_eshape),
       cmocka_unit_test(test_graft_add__dtype_mismatch_fails_edtype),
       cmocka_unit_test(test_graft_add__large_broadcast_spans_tiles),
+      cmocka_unit_test(test_graft_mul_add__equals_add_of_mul_bitwise),
+      cmocka_unit_test(test_graft_mul_add__bad_operands_fail),
       cmocka_unit_test(test_graft_where__cond_i32_selects_f64_all_broadcast),
       cmocka_unit_test(test_graft_where__cond_f32_nonzero_semantics_i32_values),
       cmocka_unit_test(test_graft_where__value_dtype_mismatch_fails_edtype),

@@ -144,13 +144,7 @@ static void test_matmul__tiled_bitwise_across_schedules(void **state) {
   static const struct { const char *sched; int threads; } runs[] = {
       {"seq", 1}, {"ws", 2}, {"ws", 3}, {"ws", 8}, {"omp", 2}};
   graft_runtime *rts[TU_N_OF(runs)];
-  for (size_t r = 0; r < TU_N_OF(runs); r++) {
-    graft_runtime_opts o;
-    graft_runtime_opts_init(&o);
-    o.num_threads = runs[r].threads;
-    o.sched = runs[r].sched;
-    assert_int_equal(graft_runtime_create(&o, &rts[r]), GRAFT_OK);
-  }
+  for (size_t r = 0; r < TU_N_OF(runs); r++) rts[r] = tu_runtime_with(runs[r].sched, runs[r].threads);
   tu_rng rng = {0x711e};
   for (size_t i = 0; i < TU_N_OF(cases); i++)
     for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)

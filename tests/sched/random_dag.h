@@ -255,6 +255,16 @@ static inline void op_where(gen *g) {
   push(g, graft_where(g->t, cond, a.v, b.v), MAX(a.mag, b.mag));
 }
 
+/* a * b + c, the three broadcast together (c falls back to a when it does
+ * not fit). */
+static inline void op_mul_add(gen *g) {
+  ent a = tame(g, pick(g), 1e3), b = tame(g, pick_partner(g, a), 1e3), c = pick_partner(g, a);
+  shape sa = shape_of(a.v), sb = shape_of(b.v), sc = shape_of(c.v), ab, abc;
+  if (!broadcast(&sa, &sb, &ab) || !broadcast(&ab, &sc, &abc) || numel_of(&abc) > MAX_NUMEL)
+    c = a;
+  push(g, graft_mul_add(g->t, a.v, b.v, c.v), a.mag * b.mag + c.mag);
+}
+
 static inline void random_axes(gen *g, int rank, int *n_axes, int *axes, int64_t *count,
                         const shape *s) {
   *n_axes = 0;
@@ -488,7 +498,11 @@ static inline void op_assign(gen *g) {
   graft_variable *v = g->s->vars[k];
   switch (tu_int(&g->r, 0, 3)) {
   case 0: g->var_mag[k] = d.mag; push(g, graft_assign(g->t, v, d.v), d.mag); break;
-  case 1: g->var_mag[k] += d.mag; push(g, graft_assign_sub(g->t, v, d.v), g->var_mag[k]); break;
+  case 1: /* now and then an SGD step, s * d (one mul_add) */
+    if (chance(g, 50)) d.v = graft_mul(g->t, scalar(g, 0.5), d.v);
+    g->var_mag[k] += d.mag;
+    push(g, graft_assign_sub(g->t, v, d.v), g->var_mag[k]);
+    break;
   default: g->var_mag[k] += d.mag; push(g, graft_assign_add(g->t, v, d.v), g->var_mag[k]); break;
   }
 }
@@ -501,7 +515,7 @@ static inline graft_status dag_trace(graft_trace *t, int n_in, graft_value *cons
   static const struct {
     op_fn fn;
     int weight;
-  } ops[] = {{op_unary, 18}, {op_binary, 20}, {op_where, 5},     {op_reduce, 9},
+  } ops[] = {{op_unary, 18}, {op_binary, 20}, {op_where, 5},     {op_mul_add, 3}, {op_reduce, 9},
              {op_matmul, 9}, {op_transpose, 5}, {op_reshape, 5},   {op_slice, 5},
              {op_concat, 5}, {op_softmax, 4},   {op_constant, 3},  {op_read, 4},
              {op_assign, 8}};
