@@ -32,7 +32,8 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
  *     a batch of 256 rows still splits by columns.
  * Tiles of a segment are as equal as GRAFT__MM_ALIGN allows, so no ragged
  * sliver is left at a batch's end, and may come down to 3/4 of those
- * minimums where that makes one more tile (784 = 4 x 196, not 3 x 261). */
+ * minimums where that makes one more tile (784 rows: 208 x 3 + 160, not
+ * 272 x 2 + 240). */
 #define GRAFT__MM_MIN_COLS 256
 #define GRAFT__MM_MIN_ROWS 64
 #define GRAFT__MM_ALIGN 16
