@@ -135,17 +135,10 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
  * stride-0 branches hoist a broadcast operand. */
 
 #define DEF_UNARY(NAME, TI, TO, EXPR)                                      \
-  static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
+  static __attribute__((noinline)) void NAME##_bcast(                      \
+      const graft__kargs *k, int64_t begin, int64_t end) {                 \
     const TI *xs_ = (const TI *)k->in[0]->data;                            \
     TO *ys_ = (TO *)k->out->data;                                          \
-    if (k->in[0]->numel == k->out->numel) {                                \
-      /* same shape (equal counts imply it under broadcasting): no plan */  \
-      for (int64_t i_ = begin; i_ < end; i_++) {                           \
-        TI x = xs_[i_];                                                    \
-        ys_[i_] = (EXPR);                                                  \
-      }                                                                    \
-      return;                                                              \
-    }                                                                      \
     bplan p_;                                                              \
     biter it_;                                                             \
     plan_init(&p_, k, 1);                                                  \
@@ -169,20 +162,27 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
       i_ += n_;                                                            \
       iter_step(&p_, &it_, n_);                                            \
     }                                                                      \
-  }
-
-#define DEF_BINARY(NAME, T, EXPR)                                          \
+  }                                                                        \
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
-    const T *as_ = (const T *)k->in[0]->data;                              \
-    const T *bs_ = (const T *)k->in[1]->data;                              \
-    T *ys_ = (T *)k->out->data;                                            \
-    if (k->in[0]->numel == k->out->numel && k->in[1]->numel == k->out->numel) { \
+    const TI *xs_ = (const TI *)k->in[0]->data;                            \
+    TO *ys_ = (TO *)k->out->data;                                          \
+    if (k->in[0]->numel == k->out->numel) {                                \
+      /* same shape (equal counts imply it under broadcasting): no plan */  \
       for (int64_t i_ = begin; i_ < end; i_++) {                           \
-        T a = as_[i_], b = bs_[i_];                                        \
+        TI x = xs_[i_];                                                    \
         ys_[i_] = (EXPR);                                                  \
       }                                                                    \
       return;                                                              \
     }                                                                      \
+    NAME##_bcast(k, begin, end);                                           \
+  }
+
+#define DEF_BINARY(NAME, T, EXPR)                                          \
+  static __attribute__((noinline)) void NAME##_bcast(                      \
+      const graft__kargs *k, int64_t begin, int64_t end) {                 \
+    const T *as_ = (const T *)k->in[0]->data;                              \
+    const T *bs_ = (const T *)k->in[1]->data;                              \
+    T *ys_ = (T *)k->out->data;                                            \
     bplan p_;                                                              \
     biter it_;                                                             \
     plan_init(&p_, k, 2);                                                  \
@@ -220,6 +220,19 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
       i_ += n_;                                                            \
       iter_step(&p_, &it_, n_);                                            \
     }                                                                      \
+  }                                                                        \
+  static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
+    const T *as_ = (const T *)k->in[0]->data;                              \
+    const T *bs_ = (const T *)k->in[1]->data;                              \
+    T *ys_ = (T *)k->out->data;                                            \
+    if (k->in[0]->numel == k->out->numel && k->in[1]->numel == k->out->numel) { \
+      for (int64_t i_ = begin; i_ < end; i_++) {                           \
+        T a = as_[i_], b = bs_[i_];                                        \
+        ys_[i_] = (EXPR);                                                  \
+      }                                                                    \
+      return;                                                              \
+    }                                                                      \
+    NAME##_bcast(k, begin, end);                                           \
   }
 
 /* cond != 0 ? a : b; a NaN condition counts as true (NaN != 0). */
@@ -351,10 +364,12 @@ static graft_status bad_dtype(const graft__kargs *k) {
   return graft__kernel_bad_dtype(k, (graft_dtype)k->out->dtype);
 }
 
-/* Inputs first..first+n-1 must exist and have the output's dtype, and
- * [begin, end) must lie within the output. */
-static graft_status check_args(const graft__kargs *k, int first, int n, int64_t begin,
-                               int64_t end) {
+/* The failure half of check_args: the first check that fails, with its
+ * message (out of line: a kernel on a rank-0 value is a few instructions,
+ * and the checks run per node). */
+static __attribute__((noinline, cold)) graft_status check_args_fail(const graft__kargs *k, int first,
+                                                                   int n, int64_t begin,
+                                                                   int64_t end) {
   if (k->n_in < first + n)
     return graft__kernel_internal(k, "kernel needs %d inputs, got %d", first + n, k->n_in);
   for (int j = first; j < first + n; j++) {
@@ -366,6 +381,16 @@ static graft_status check_args(const graft__kargs *k, int first, int n, int64_t 
     }
   }
   return begin < end ? graft__kernel_check_units(k, begin, end, k->out->numel) : GRAFT_OK;
+}
+
+/* Inputs first..first+n-1 must exist and have the output's dtype, and
+ * [begin, end) must lie within the output. */
+static inline __attribute__((always_inline)) graft_status check_args(const graft__kargs *k,
+                                                                    int first, int n,
+                                                                    int64_t begin, int64_t end) {
+  int ok = k->n_in >= first + n && (begin >= end || (begin >= 0 && end <= k->out->numel));
+  for (int j = first; ok && j < first + n; j++) ok = k->in[j]->dtype == k->out->dtype;
+  return ok ? GRAFT_OK : check_args_fail(k, first, n, begin, end);
 }
 
 /* uint32_t -> int32_t modulo 2^32 without implementation-defined

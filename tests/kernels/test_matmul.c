@@ -12,6 +12,7 @@
 #include "testutil.h"
 
 TU_RUNTIME_GROUP();
+TU_SUPPRESS_GOMP_TASK_LEAK();
 
 static graft_status trace_matmul(graft_trace *t, int n_in, graft_value *const *in,
                                  int n_out, graft_value **out, void *user) {

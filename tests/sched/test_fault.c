@@ -18,15 +18,7 @@
 #include "testutil.h"
 #include "sched/sched.h"
 
-/* ASan runs: the OpenMP-task baseline makes GCC 12's libgomp leak its
- * task-dependency bookkeeping (allocated inside GOMP_task; reproducible
- * without graft).  Suppress exactly that: graft allocates nothing under
- * GOMP_task.  The full unwinder is needed to see through libgomp, which has
- * no frame pointers. */
-const char *__lsan_default_suppressions(void);
-const char *__asan_default_options(void);
-__attribute__((used)) const char *__lsan_default_suppressions(void) { return "leak:GOMP_task\n"; }
-__attribute__((used)) const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
+TU_SUPPRESS_GOMP_TASK_LEAK();
 
 enum { N_OUT = 3, N_VARS = 3, FAULTS = 24, MAX_NODES = 1024, GRAIN = 64 };
 

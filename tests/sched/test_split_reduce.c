@@ -9,6 +9,8 @@
 #include "sched/sched.h"
 #include "testutil.h"
 
+TU_SUPPRESS_GOMP_TASK_LEAK();
+
 typedef graft_value *(*reduce_fn)(graft_trace *, graft_value *, int, const int *, int);
 
 typedef struct rcase {

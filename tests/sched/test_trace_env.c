@@ -18,6 +18,8 @@
 #include "testutil.h"
 #include "sched/sched.h"
 
+TU_SUPPRESS_GOMP_TASK_LEAK();
+
 enum { THREADS = 4, MAX_NODES = 256 };
 
 #define NUMA_TOPO "pack:2 numa:2 core:4 pu:1"
