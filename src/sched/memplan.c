@@ -45,11 +45,10 @@ int graft__memplan_naive;
 /* Test-only: when > 0, the bound's flow stops after this much work (its
  * declaration belongs next to graft__memplan_naive in sched.h). */
 int64_t graft__memplan_flow_work;
-#define ROUND(b) (((b) + GRAFT__ALIGN - 1) & ~(int64_t)(GRAFT__ALIGN - 1))
 #define FLOW_INF (INT64_MAX / 4)
 
 typedef struct buffer {
-  int64_t size;        /* bytes, rounded to the alignment */
+  int64_t size;        /* bytes, rounded to a slot (graft__slot_bytes) */
   uint32_t w0;         /* first writer (order position) */
   int sink;            /* read at the end of the call */
   int64_t last;        /* last touch (order position; n for a sink) */
@@ -267,6 +266,7 @@ static int64_t place_pass(placer *pl, int best_fit) {
   for (uint32_t q = 0; q < m->nb; q++) {
     uint32_t b = pl->order[q];
     int64_t size = m->buf[b].size, at = 0, best = -1, best_gap = INT64_MAX;
+    const int64_t align = graft__slot_align(size);
     if (!size) {
       pl->off[b] = 0;
       continue;
@@ -284,7 +284,7 @@ static int64_t place_pass(placer *pl, int best_fit) {
       }
       best = take ? at : best;
       best_gap = take ? gap : best_gap;
-      at = c && pl->hi[k] > at ? pl->hi[k] : at;
+      at = c && pl->hi[k] > at ? (pl->hi[k] + align - 1) / align * align : at;
     }
     at = best >= 0 ? best : at;
     pl->off[b] = at;
@@ -458,7 +458,7 @@ graft_status graft__memplan(graft__plan *p) {
   for (uint32_t i = 0; i < n; i++) {
     buffer *b = &m.buf[bid[i]];
     if (find_root(m.root, i) == i) b->w0 = i;
-    b->size = GRAFT__MAX(b->size, ROUND(value_bytes(p, i)));
+    b->size = GRAFT__MAX(b->size, graft__slot_bytes(value_bytes(p, i)));
     b->sink |= m.sink[i];
     b->last = GRAFT__MAX(b->last, (int64_t)i);
     for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
@@ -477,10 +477,14 @@ graft_status graft__memplan(graft__plan *p) {
   if (exact && !graft__memplan_naive) {
     if (place(&m, &arena)) goto out;
   } else {
-    for (uint32_t k = 0; k < nb; k++) { /* no reachability: no sharing */
-      m.buf[k].off = arena;
-      arena += m.buf[k].size;
-    }
+    /* No reachability: no sharing.  Whole-line buffers first, then the
+     * small slots, so no alignment padding falls between them. */
+    for (int small = 0; small < 2; small++)
+      for (uint32_t k = 0; k < nb; k++)
+        if ((graft__slot_align(m.buf[k].size) < GRAFT__ALIGN) == small) {
+          m.buf[k].off = arena;
+          arena += m.buf[k].size;
+        }
   }
   for (uint32_t i = 0; i < n; i++) p->offset[p->order[i]] = (size_t)m.buf[bid[i]].off;
   p->arena_bytes = (size_t)arena;
@@ -740,7 +744,7 @@ static void bound_stats(mp *m, int64_t flow, int flow_done) {
   const buffer *buf = m->buf;
   uint32_t n = m->n, nb = m->nb;
   int64_t naive = 0;
-  for (uint32_t i = 0; i < n; i++) naive += ROUND(value_bytes(p, i));
+  for (uint32_t i = 0; i < n; i++) naive += graft__slot_bytes(value_bytes(p, i));
   p->stats.naive_bytes = naive;
   /* Live range of a buffer in the compile order: [first writer, last
    * touch], the end of the order for sinks. */

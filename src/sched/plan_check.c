@@ -1,7 +1,8 @@
 /* The plan checker: verifies a memory plan against the DAG, independently
  * of the planner (its own reachability, per value rather than per buffer).
  *
- * Every compute value must be 64-byte aligned and inside the arena.  Two
+ * Every compute value must be aligned to its slot (graft__slot_align: 16
+ * bytes up to 48, else 64) and inside the arena.  Two
  * values i < j (compile order) whose bytes overlap are legal only if every
  * touch of i (its writer and readers; outputs and staged assignments are
  * also read after the graph, which nothing precedes) is a strict ancestor of
@@ -130,8 +131,9 @@ graft_status graft__plan_check(const graft__plan *p, char *msg) {
     c.sink[i] = (graft__ops[nd->op].flags & GRAFT__OPF_SIDE_EFFECT) != 0;
     for (int k = 0; k < p->g->n_outputs; k++) c.sink[i] |= p->g->outputs[k] == id;
     int64_t b = bytes_of(p, i);
-    if (p->offset[id] % GRAFT__ALIGN) {
-      graft__msgf(msg, "plan check: #%u at offset %zu is not %d-byte aligned", id, p->offset[id], GRAFT__ALIGN);
+    if ((int64_t)p->offset[id] % graft__slot_align(b)) {
+      graft__msgf(msg, "plan check: #%u at offset %zu is not %lld-byte aligned", id, p->offset[id],
+                  (long long)graft__slot_align(b));
       st = GRAFT_EINTERNAL;
       goto out;
     }

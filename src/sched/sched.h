@@ -115,6 +115,17 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
                                  const graft__plan_opts *opts, graft__plan **out, char *msg);
 
 /* ---- memory (memplan.c, plan_check.c) ------------------------------------ */
+/* Arena slots: a value of at most GRAFT__SMALL_BYTES takes 16-byte-aligned
+ * slots of 16 bytes (rank-0 values pack four to a cache line, so a million
+ * scalars stream 16 MB, not 64), anything larger whole 64-byte lines. */
+#define GRAFT__SMALL_BYTES 48
+static inline int64_t graft__slot_align(int64_t bytes) {
+  return bytes <= GRAFT__SMALL_BYTES ? 16 : GRAFT__ALIGN;
+}
+static inline int64_t graft__slot_bytes(int64_t bytes) {
+  int64_t a = graft__slot_align(bytes);
+  return (bytes + a - 1) / a * a;
+}
 /* Give every compute value an arena offset (p->offset, p->arena_bytes) with
  * parallel-safe reuse and in-place writes; fills the memory stats. */
 graft_status graft__memplan(graft__plan *p);

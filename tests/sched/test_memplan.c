@@ -2,7 +2,8 @@
  * (src/sched/plan_check.c).
  *
  * Every intermediate value lives at an offset in one 64-byte-aligned arena
- * per plan; two values may share bytes only if, in every schedule the DAG
+ * per plan (16-byte slots for values of at most 48 bytes, whole lines
+ * otherwise); two values may share bytes only if, in every schedule the DAG
  * allows, everything touching the earlier one finishes before the later one
  * is written, and an elementwise op may write over an input whose other
  * readers all precede it.  The cases:
@@ -93,7 +94,8 @@ static int is_sink(const graft__plan *p, uint32_t i) {
 /* ---- the reference checker ----------------------------------------------------
  * The definition, straight from the graph's node inputs (not the plan's
  * successor lists) with a full transitive closure: every compute value has
- * an offset, 64-byte aligned, inside the arena; two values i < j (compile
+ * an offset inside the arena, aligned to its slot (16 bytes for values of
+ * at most 48 bytes, else 64: graft__slot_align); two values i < j (compile
  * order) whose nonempty byte ranges meet are legal only if i is not read
  * after the graph, i and every reader of i other than j is a strict
  * ancestor of j, and, if j reads i, j is elementwise and sits exactly on i
@@ -189,7 +191,9 @@ static int ref_value_ok(const refplan *r, uint32_t i, char *why, size_t len) {
   size_t off = p->offset[p->order[i]];
   int64_t b = bytes_at(p, i);
   if (off == SIZE_MAX) snprintf(why, len, "#%u has no offset", p->order[i]);
-  else if (off % 64) snprintf(why, len, "#%u at %zu is not 64-byte aligned", p->order[i], off);
+  else if ((int64_t)off % graft__slot_align(b))
+    snprintf(why, len, "#%u at %zu is not %lld-byte aligned", p->order[i], off,
+             (long long)graft__slot_align(b));
   else if ((int64_t)off + b > (int64_t)p->arena_bytes)
     snprintf(why, len, "#%u [%zu, +%lld) ends past the arena (%zu)", p->order[i], off, (long long)b,
              p->arena_bytes);
@@ -260,11 +264,11 @@ static void assert_plan_ok(const graft__plan *p, const graft_plan_stats *ps, con
       fail_msg("%s: %s #%u (external) has an arena offset", ctx, graft__ops[nd->op].name, id);
   }
   int64_t naive = 0;
-  for (uint32_t i = 0; i < p->n_order; i++) naive += round64(bytes_at(p, i));
+  for (uint32_t i = 0; i < p->n_order; i++) naive += graft__slot_bytes(bytes_at(p, i));
   if (ps->arena_bytes != (int64_t)p->arena_bytes)
     fail_msg("%s: stats arena %lld, plan arena %zu", ctx, (long long)ps->arena_bytes, p->arena_bytes);
   if (ps->naive_bytes != naive)
-    fail_msg("%s: naive_bytes %lld, one 64-aligned buffer per value is %lld", ctx,
+    fail_msg("%s: naive_bytes %lld, one slot per value is %lld", ctx,
              (long long)ps->naive_bytes, (long long)naive);
   /* A correct plan can never beat the bounds. */
   if (!(0 <= ps->load_bytes && ps->load_bytes <= ps->bound_bytes &&
@@ -818,7 +822,7 @@ static void test_graft__plan_check__agrees_with_reference_on_mutated_plans(void 
         break;
       case 3:
         what = "misaligned";
-        *off_at(&s, i) += (size_t)(8 * tu_int(&r, 1, 7));
+        *off_at(&s, i) += (size_t)(8 * (2 * tu_int(&r, 0, 3) + 1)); /* never 16-aligned */
         s.q.arena_bytes += 64;
         break;
       case 4:
@@ -1396,7 +1400,7 @@ enum { ORACLE_MAX = 64, ENUM_MAX = 16, BRANCH_MAX = 40 };
 
 typedef struct bufset {
   int nb;                       /* buffers with bytes */
-  int64_t w[ORACLE_MAX];        /* their 64-aligned sizes */
+  int64_t w[ORACLE_MAX];        /* their slot sizes (graft__slot_bytes) */
   uint64_t ordered[ORACLE_MAX]; /* bit j: i before j or j before i */
 } bufset;
 
@@ -1434,7 +1438,7 @@ static int bufset_of(const graft__plan *p, bufset *bs) {
       if (bs->nb == ORACLE_MAX) ok = 0;
       else {
         w0[bs->nb] = i;
-        bs->w[bs->nb] = round64(bytes_at(p, i));
+        bs->w[bs->nb] = graft__slot_bytes(bytes_at(p, i));
         slot[i] = (uint32_t)bs->nb++;
       }
     } else {
@@ -1583,7 +1587,8 @@ static void test_graft__memplan__bound_is_max_weight_antichain(void **state) {
  * the one B ends is before every y_j with nothing between: about K^2
  * covering pairs, more arcs than the bound's flow takes, so the bound is
  * the greedy one.  The 2K scalars (no ancestors) and the K leaf chains
- * conflict pairwise: all buffers weigh 64 bytes, and no correct arena is
+ * conflict pairwise: all buffers weigh 16 bytes (one small slot each:
+ * four f32), and no correct arena is
  * below 3K of them (the planner's meets that). */
 enum { FAN = 256 };
 
@@ -1617,14 +1622,14 @@ static void test_graft__memplan__bound_without_the_flow(void **state) {
   graft_plan_stats ps;
   graft_function *f = compile_case(rt, &c, out, &p, &ps, "bipartite");
   assert_plan_ok(p, &ps, "bipartite");
-  print_message("bipartite: %u values, %lld in place, bound %lld, arena %lld, load %lld (buffers of 64 "
+  print_message("bipartite: %u values, %lld in place, bound %lld, arena %lld, load %lld (buffers of 16 "
                 "bytes)\n",
                 p->n_order, (long long)ps.inplace, (long long)ps.bound_bytes, (long long)ps.arena_bytes,
                 (long long)ps.load_bytes);
   /* sin over its product and both trees in place: one buffer per leaf and
    * per y_j. */
   assert_int_equal(ps.inplace, 3 * FAN - 2);
-  assert_int_equal(ps.arena_bytes, 64 * 3 * FAN);
+  assert_int_equal(ps.arena_bytes, 16 * 3 * FAN);
   /* (assert_plan_ok: load <= bound <= arena; the greedy bound is short of
    * 3K buffers here) */
   assert_true(ps.bound_bytes > ps.load_bytes);
