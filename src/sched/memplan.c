@@ -266,7 +266,7 @@ static int64_t place_pass(placer *pl, int best_fit) {
   for (uint32_t q = 0; q < m->nb; q++) {
     uint32_t b = pl->order[q];
     int64_t size = m->buf[b].size, at = 0, best = -1, best_gap = INT64_MAX;
-    const int64_t align = graft__slot_align(size);
+    const int64_t align = graft__slot_align(size, m->p->pack_small);
     if (!size) {
       pl->off[b] = 0;
       continue;
@@ -458,7 +458,7 @@ graft_status graft__memplan(graft__plan *p) {
   for (uint32_t i = 0; i < n; i++) {
     buffer *b = &m.buf[bid[i]];
     if (find_root(m.root, i) == i) b->w0 = i;
-    b->size = GRAFT__MAX(b->size, graft__slot_bytes(value_bytes(p, i)));
+    b->size = GRAFT__MAX(b->size, graft__slot_bytes(value_bytes(p, i), p->pack_small));
     b->sink |= m.sink[i];
     b->last = GRAFT__MAX(b->last, (int64_t)i);
     for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
@@ -481,7 +481,7 @@ graft_status graft__memplan(graft__plan *p) {
      * small slots, so no alignment padding falls between them. */
     for (int small = 0; small < 2; small++)
       for (uint32_t k = 0; k < nb; k++)
-        if ((graft__slot_align(m.buf[k].size) < GRAFT__ALIGN) == small) {
+        if ((graft__slot_align(m.buf[k].size, p->pack_small) < GRAFT__ALIGN) == small) {
           m.buf[k].off = arena;
           arena += m.buf[k].size;
         }
@@ -744,7 +744,7 @@ static void bound_stats(mp *m, int64_t flow, int flow_done) {
   const buffer *buf = m->buf;
   uint32_t n = m->n, nb = m->nb;
   int64_t naive = 0;
-  for (uint32_t i = 0; i < n; i++) naive += graft__slot_bytes(value_bytes(p, i));
+  for (uint32_t i = 0; i < n; i++) naive += graft__slot_bytes(value_bytes(p, i), p->pack_small);
   p->stats.naive_bytes = naive;
   /* Live range of a buffer in the compile order: [first writer, last
    * touch], the end of the order for sinks. */

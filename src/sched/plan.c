@@ -490,6 +490,7 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
   if (!p) goto nomem;
   p->g = g;
   p->stats.lanes = opts->lanes; /* p->lanes joins once the order is final */
+  p->pack_small = opts->pack_small;
   size_t n = g->n_nodes ? g->n_nodes : 1;
   p->live = graft__malloc(n);
   p->order = graft__malloc(n * sizeof *p->order);

@@ -131,9 +131,9 @@ graft_status graft__plan_check(const graft__plan *p, char *msg) {
     c.sink[i] = (graft__ops[nd->op].flags & GRAFT__OPF_SIDE_EFFECT) != 0;
     for (int k = 0; k < p->g->n_outputs; k++) c.sink[i] |= p->g->outputs[k] == id;
     int64_t b = bytes_of(p, i);
-    if ((int64_t)p->offset[id] % graft__slot_align(b)) {
+    if ((int64_t)p->offset[id] % graft__slot_align(b, p->pack_small)) {
       graft__msgf(msg, "plan check: #%u at offset %zu is not %lld-byte aligned", id, p->offset[id],
-                  (long long)graft__slot_align(b));
+                  (long long)graft__slot_align(b, p->pack_small));
       st = GRAFT_EINTERNAL;
       goto out;
     }

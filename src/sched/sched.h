@@ -44,6 +44,7 @@ typedef struct graft__plan {
   unsigned char *arena;
   size_t arena_bytes;
   int fallible;             /* holds a node that may fail on data */
+  int pack_small;           /* small values share lines (graft__slot_align) */
   int lanes;                /* GRAFT_MEMORY=lanes:N (0 = none): link adds
                                the ordering edges order[i - N] -> order[i] */
   uint32_t *var_reads;      /* live VAR_READ node ids: bound each call */
@@ -107,6 +108,7 @@ typedef struct graft__plan_opts {
   int64_t grain;            /* elements per tile */
   int n_parts;              /* partition parts (domains with workers) */
   int lanes;                /* > 0: node i also waits for node i - lanes */
+  int pack_small;           /* one thread runs the plan (graft__slot_align) */
 } graft__plan_opts;
 
 /* Compile g for the concrete inputs in[] (already checked against g's input
@@ -115,15 +117,17 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
                                  const graft__plan_opts *opts, graft__plan **out, char *msg);
 
 /* ---- memory (memplan.c, plan_check.c) ------------------------------------ */
-/* Arena slots: a value of at most GRAFT__SMALL_BYTES takes 16-byte-aligned
- * slots of 16 bytes (rank-0 values pack four to a cache line, so a million
- * scalars stream 16 MB, not 64), anything larger whole 64-byte lines. */
+/* Arena slots: every value takes whole 64-byte lines, so values written by
+ * different workers never share a line; in a plan that one thread runs
+ * (pack: a runtime of one thread, or seq), a value of at most
+ * GRAFT__SMALL_BYTES takes 16-byte slots instead (rank-0 values pack four
+ * to a line, so a million scalars stream 16 MB, not 64). */
 #define GRAFT__SMALL_BYTES 48
-static inline int64_t graft__slot_align(int64_t bytes) {
-  return bytes <= GRAFT__SMALL_BYTES ? 16 : GRAFT__ALIGN;
+static inline int64_t graft__slot_align(int64_t bytes, int pack) {
+  return pack && bytes <= GRAFT__SMALL_BYTES ? 16 : GRAFT__ALIGN;
 }
-static inline int64_t graft__slot_bytes(int64_t bytes) {
-  int64_t a = graft__slot_align(bytes);
+static inline int64_t graft__slot_bytes(int64_t bytes, int pack) {
+  int64_t a = graft__slot_align(bytes, pack);
   return (bytes + a - 1) / a * a;
 }
 /* Give every compute value an arena offset (p->offset, p->arena_bytes) with

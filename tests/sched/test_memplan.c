@@ -191,9 +191,9 @@ static int ref_value_ok(const refplan *r, uint32_t i, char *why, size_t len) {
   size_t off = p->offset[p->order[i]];
   int64_t b = bytes_at(p, i);
   if (off == SIZE_MAX) snprintf(why, len, "#%u has no offset", p->order[i]);
-  else if ((int64_t)off % graft__slot_align(b))
+  else if ((int64_t)off % graft__slot_align(b, p->pack_small))
     snprintf(why, len, "#%u at %zu is not %lld-byte aligned", p->order[i], off,
-             (long long)graft__slot_align(b));
+             (long long)graft__slot_align(b, p->pack_small));
   else if ((int64_t)off + b > (int64_t)p->arena_bytes)
     snprintf(why, len, "#%u [%zu, +%lld) ends past the arena (%zu)", p->order[i], off, (long long)b,
              p->arena_bytes);
@@ -264,7 +264,7 @@ static void assert_plan_ok(const graft__plan *p, const graft_plan_stats *ps, con
       fail_msg("%s: %s #%u (external) has an arena offset", ctx, graft__ops[nd->op].name, id);
   }
   int64_t naive = 0;
-  for (uint32_t i = 0; i < p->n_order; i++) naive += graft__slot_bytes(bytes_at(p, i));
+  for (uint32_t i = 0; i < p->n_order; i++) naive += graft__slot_bytes(bytes_at(p, i), p->pack_small);
   if (ps->arena_bytes != (int64_t)p->arena_bytes)
     fail_msg("%s: stats arena %lld, plan arena %zu", ctx, (long long)ps->arena_bytes, p->arena_bytes);
   if (ps->naive_bytes != naive)
@@ -1438,7 +1438,7 @@ static int bufset_of(const graft__plan *p, bufset *bs) {
       if (bs->nb == ORACLE_MAX) ok = 0;
       else {
         w0[bs->nb] = i;
-        bs->w[bs->nb] = graft__slot_bytes(bytes_at(p, i));
+        bs->w[bs->nb] = graft__slot_bytes(bytes_at(p, i), p->pack_small);
         slot[i] = (uint32_t)bs->nb++;
       }
     } else {
