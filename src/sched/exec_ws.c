@@ -14,8 +14,8 @@
  * then the others; they spin briefly, then yield, then sleep.  Tiles of
  * deferred nodes (big side work off the critical path, tiles.c) wait in a
  * second deque per worker, popped or stolen only when no other work is
- * found.  Nothing on the hot path takes a lock or allocates (deques are sized at first use and
- * grow only if a graph outgrows them).  Sources (nodes with no compute
+ * found.  Nothing on the hot path takes a lock or allocates (deques are
+ * sized at first use and grow only if a graph outgrows them).  Sources (nodes with no compute
  * predecessor) start on the workers of their partition part's domain.
  *
  * A runtime of one thread runs the plan's order on the calling thread: the

@@ -3,9 +3,8 @@
  * count, and every executor runs a node as that same list of tiles, so the
  * result is bitwise the same for every executor and thread count even where
  * a kernel's bits depend on how its units are split (matmul).  GEMM tiles
- * are runs of a batch's output columns, at least GRAFT__MM_MIN_COLS wide
- * (or of its rows, at least GRAFT__MM_MIN_ROWS, for outputs too narrow for
- * column tiles), or whole batches. */
+ * are near-equal runs of a batch's output columns or rows (which, and how
+ * many at least: kernels_int.h), or whole batches. */
 #include "kernels/kernels_int.h"
 #include "sched/sched.h"
 
@@ -63,8 +62,8 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
      * tiles, so a tile gets at least max(grain, min * per_unit)
      * multiply-adds: len >= min units (graft__mm_min_units), give or take
      * a quarter.  A segment splits into as many tiles of that size as fit,
-     * made equal up to a multiple of GRAFT__MM_ALIGN.  At len >= the segment, tiles are whole
-     * batches. */
+     * made equal up to a multiple of GRAFT__MM_ALIGN.  At len >= the
+     * segment, tiles are whole batches. */
     const graft__tview *o = k->out;
     const int64_t M = o->rank >= 2 ? o->shape[o->rank - 2] : 0;
     const int64_t N = o->rank >= 2 ? o->shape[o->rank - 1] : 0;
