@@ -79,20 +79,23 @@ static inline double tu_get(const graft_tensor *t, int64_t i) {
   }                                                                               \
   _Static_assert(1, "TU_SUPPRESS_GOMP_TASK_LEAK")
 
-/* A runtime with scheduler sched ("seq", "ws", "omp") and threads
- * threads, the rest default. */
-static inline graft_runtime *tu_runtime_with(const char *sched, int threads) {
+/* A runtime with the scheduler sched ("seq", "ws", "omp"), threads threads
+ * and tile grain grain (0: the default); fails the test with the runtime's message otherwise. */
+static inline graft_runtime *tu_runtime_of(const char *sched, int threads, int64_t grain) {
   graft_runtime_opts o;
   graft_runtime_opts_init(&o);
   o.num_threads = threads;
   o.sched = sched;
+  o.grain = grain;
   graft_runtime *rt = NULL;
-  assert_int_equal(graft_runtime_create(&o, &rt), GRAFT_OK);
+  char msg[512] = "";
+  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
+  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
   return rt;
 }
 
 /* The runtime shared by a test file: 1 thread, sequential (deterministic). */
-static inline graft_runtime *tu_runtime(void) { return tu_runtime_with("seq", 1); }
+static inline graft_runtime *tu_runtime(void) { return tu_runtime_of("seq", 1, 0); }
 
 /* Create a function from fn, call it once on in[] (outputs allocated by graft
  * into out[]), destroy it.  Returns the call's status; on failure copies the
@@ -404,20 +407,6 @@ static inline int64_t tu_env_count(const char *name, int64_t dflt) {
   return v > 0 ? v : dflt;
 }
 
-/* A runtime with the scheduler sched ("seq", "ws", "omp"), threads threads
- * and tile grain grain; fails the test with the runtime's message otherwise. */
-static inline graft_runtime *tu_runtime_of(const char *sched, int threads, int64_t grain) {
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.num_threads = threads;
-  o.sched = sched;
-  o.grain = grain;
-  graft_runtime *rt = NULL;
-  char msg[512] = "";
-  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
-  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
-  return rt;
-}
 
 /* A new tensor holding t's dtype, shape and bytes.  Asserts on failure. */
 static inline graft_tensor *tu_copy(const graft_tensor *t) {

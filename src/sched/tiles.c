@@ -72,7 +72,12 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
     const int64_t batches = units / (S > 0 ? S : 1);
     if (S <= 0 || batches * S != units) return; /* keep it whole */
     const int64_t al = GRAFT__MM_ALIGN;
-    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, graft__mm_min_units(rows, N));
+    /* A grain below the default scales the minimum down with it (to 16
+     * units at least): a many-core run may trade some single-thread speed
+     * for more GEMM tiles (GRAFT_GRAIN=8192: 64-column tiles). */
+    int64_t min = graft__mm_min_units(rows, N);
+    if (grain < GRAFT__DEFAULT_GRAIN) min = GRAFT__MAX(min * grain / GRAFT__DEFAULT_GRAIN, (int64_t)16);
+    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, min);
     if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
     tl->seg = S;
     if (len < S) {

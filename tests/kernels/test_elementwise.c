@@ -669,7 +669,7 @@ static void test_graft_mul_add__equals_add_of_mul_bitwise(void **state) {
       {3, 2, 1, {3, 1, 4}, {5, 1}, {4}},
       {1, 3, 2, {5}, {2, 1, 1}, {4, 1}},
   };
-  graft_runtime *ws = tu_runtime_with("ws", 3);
+  graft_runtime *ws = tu_runtime_of("ws", 3, 0);
   tu_rng rng = rng_for(4800);
   for (size_t i = 0; i < TU_N_OF(cases); i++)
     for (int d = 0; d < 2; d++) {

@@ -124,6 +124,51 @@ static void check_cases(const mm_case *cases, size_t n, uint64_t seed) {
 
 /* ---- correct results -------------------------------------------------- */
 
+/* Tiles of out = a @ b ([M,K] @ [K,N], f32) on a runtime of sched x threads
+ * at grain; the output (the caller frees it). */
+static graft_tensor *tiled_run(const char *sched, int threads, int64_t grain, graft_tensor **in,
+                               int64_t *tiles) {
+  graft_runtime *rt = tu_runtime_of(sched, threads, grain);
+  static const unsigned no_flags = 0;
+  graft_function_desc fd = {.name = "mm", .trace = trace_matmul, .user = (void *)&no_flags,
+                            .n_inputs = 2, .n_outputs = 1};
+  graft_function *f = NULL;
+  assert_int_equal(graft_function_create(rt, &fd, &f), GRAFT_OK);
+  graft_tensor *out = NULL;
+  assert_int_equal(graft_function_call(f, 2, in, 1, &out), GRAFT_OK);
+  graft_plan_stats ps;
+  assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+  *tiles = ps.tiles;
+  graft_function_destroy(f);
+  graft_runtime_destroy(rt);
+  return out;
+}
+
+/* A grain under the default scales the GEMM tile minimum down with it:
+ * 256 x 64 x 1024 is 4 column tiles at the default grain and 16 at 8192
+ * (64 columns each), and at either grain the result is bitwise the same on
+ * seq and on ws at 3 threads. */
+static void test_matmul__smaller_grain_gives_more_gemm_tiles(void **state) {
+  (void)state;
+  static const int64_t sa[] = {256, 64}, sb[] = {64, 1024};
+  tu_rng rng = {0x6a1};
+  graft_tensor *in[2] = {tu_tensor_rand(&rng, GRAFT_F32, 2, sa, -1, 1),
+                         tu_tensor_rand(&rng, GRAFT_F32, 2, sb, -1, 1)};
+  static const struct { int64_t grain, tiles; } cases[] = {{32768, 4}, {8192, 16}};
+  for (size_t c = 0; c < TU_N_OF(cases); c++) {
+    int64_t t_seq = 0, t_ws = 0;
+    graft_tensor *ys = tiled_run("seq", 1, cases[c].grain, in, &t_seq);
+    graft_tensor *yw = tiled_run("ws", 3, cases[c].grain, in, &t_ws);
+    assert_int_equal(t_seq, cases[c].tiles);
+    assert_int_equal(t_ws, cases[c].tiles);
+    assert_true(tu_bitwise_equal(ys, yw));
+    graft_tensor_destroy(ys);
+    graft_tensor_destroy(yw);
+  }
+  graft_tensor_destroy(in[0]);
+  graft_tensor_destroy(in[1]);
+}
+
 /* Products large enough to be tiled: column tiles (784 columns: three
  * near-equal tiles), row tiles where op(a) is transposed or rows split as
  * finely as columns, and row tiles for
@@ -145,7 +190,7 @@ static void test_matmul__tiled_bitwise_across_schedules(void **state) {
   static const struct { const char *sched; int threads; } runs[] = {
       {"seq", 1}, {"ws", 2}, {"ws", 3}, {"ws", 8}, {"omp", 2}};
   graft_runtime *rts[TU_N_OF(runs)];
-  for (size_t r = 0; r < TU_N_OF(runs); r++) rts[r] = tu_runtime_with(runs[r].sched, runs[r].threads);
+  for (size_t r = 0; r < TU_N_OF(runs); r++) rts[r] = tu_runtime_of(runs[r].sched, runs[r].threads, 0);
   tu_rng rng = {0x711e};
   for (size_t i = 0; i < TU_N_OF(cases); i++)
     for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)
@@ -369,6 +414,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul__rank2_all_flags),
       cmocka_unit_test(test_matmul__tiled_bitwise_across_schedules),
+      cmocka_unit_test(test_matmul__smaller_grain_gives_more_gemm_tiles),
       cmocka_unit_test(test_matmul__odd_sizes),
       cmocka_unit_test(test_matmul__batched_rank3),
       cmocka_unit_test(test_matmul__broadcast_batch),
