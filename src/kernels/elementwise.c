@@ -235,6 +235,31 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
     NAME##_bcast(k, begin, end);                                           \
   }
 
+/* Runs the trailing block over the broadcast runs of outputs [begin, end)
+ * of a 3-input op: n_ outputs from py_ (in y, of TY) read inputs from p0_,
+ * p1_, p2_ (in x0, x1, x2, of T0, T1, T2) with innermost strides s0_, s1_,
+ * s2_ (0: a broadcast operand). */
+#define FOR_RUNS3(k, begin, end, T0, x0, T1, x1, T2, x2, TY, y, ...)        \
+  do {                                                                     \
+    bplan p_;                                                              \
+    biter it_;                                                             \
+    plan_init(&p_, (k), 3);                                                \
+    iter_seek(&p_, &it_, (begin));                                         \
+    const int64_t s0_ = p_.stride[0][p_.rank - 1];                         \
+    const int64_t s1_ = p_.stride[1][p_.rank - 1];                         \
+    const int64_t s2_ = p_.stride[2][p_.rank - 1];                         \
+    for (int64_t i_ = (begin); i_ < (end);) {                              \
+      int64_t n_ = iter_run(&p_, &it_, (end) - i_);                        \
+      const T0 *p0_ = (x0) + it_.off[0];                                   \
+      const T1 *p1_ = (x1) + it_.off[1];                                   \
+      const T2 *p2_ = (x2) + it_.off[2];                                   \
+      TY *py_ = (y) + i_;                                                  \
+      __VA_ARGS__                                                          \
+      i_ += n_;                                                            \
+      iter_step(&p_, &it_, n_);                                            \
+    }                                                                      \
+  } while (0)
+
 /* cond != 0 ? a : b; a NaN condition counts as true (NaN != 0). */
 #define DEF_WHERE(NAME, TC, T)                                             \
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
@@ -274,29 +299,15 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
           ys_[i_] = cs_[i_] != 0 ? a0_ : b0_;                              \
       return;                                                              \
     }                                                                      \
-    bplan p_;                                                              \
-    biter it_;                                                             \
-    plan_init(&p_, k, 3);                                                  \
-    iter_seek(&p_, &it_, begin);                                           \
-    int64_t sc_ = p_.stride[0][p_.rank - 1];                               \
-    int64_t sa_ = p_.stride[1][p_.rank - 1];                               \
-    int64_t sb_ = p_.stride[2][p_.rank - 1];                               \
-    for (int64_t i_ = begin; i_ < end;) {                                  \
-      int64_t n_ = iter_run(&p_, &it_, end - i_);                          \
-      const TC *pc_ = cs_ + it_.off[0];                                    \
-      const T *pa_ = as_ + it_.off[1];                                     \
-      const T *pb_ = bs_ + it_.off[2];                                     \
-      T *py_ = ys_ + i_;                                                   \
-      if (sc_ != 0 && sa_ != 0 && sb_ != 0) {                              \
+    FOR_RUNS3(k, begin, end, TC, cs_, T, as_, T, bs_, T, ys_, {            \
+      if (s0_ != 0 && s1_ != 0 && s2_ != 0) {                              \
         for (int64_t j_ = 0; j_ < n_; j_++)                                \
-          py_[j_] = pc_[j_] != 0 ? pa_[j_] : pb_[j_];                      \
+          py_[j_] = p0_[j_] != 0 ? p1_[j_] : p2_[j_];                      \
       } else {                                                             \
         for (int64_t j_ = 0; j_ < n_; j_++)                                \
-          py_[j_] = pc_[j_ * sc_] != 0 ? pa_[j_ * sa_] : pb_[j_ * sb_];    \
+          py_[j_] = p0_[j_ * s0_] != 0 ? p1_[j_ * s1_] : p2_[j_ * s2_];    \
       }                                                                    \
-      i_ += n_;                                                            \
-      iter_step(&p_, &it_, n_);                                            \
-    }                                                                      \
+    });                                                                    \
   }
 
 /* a * b + c with the product rounded first (two roundings, as mul then
@@ -325,26 +336,12 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
       }                                                                    \
       return;                                                              \
     }                                                                      \
-    bplan p_;                                                              \
-    biter it_;                                                             \
-    plan_init(&p_, k, 3);                                                  \
-    iter_seek(&p_, &it_, begin);                                           \
-    int64_t sa_ = p_.stride[0][p_.rank - 1];                               \
-    int64_t sb_ = p_.stride[1][p_.rank - 1];                               \
-    int64_t sc_ = p_.stride[2][p_.rank - 1];                               \
-    for (int64_t i_ = begin; i_ < end;) {                                  \
-      int64_t n_ = iter_run(&p_, &it_, end - i_);                          \
-      const T *pa_ = as_ + it_.off[0];                                     \
-      const T *pb_ = bs_ + it_.off[1];                                     \
-      const T *pc_ = cs_ + it_.off[2];                                     \
-      T *py_ = ys_ + i_;                                                   \
+    FOR_RUNS3(k, begin, end, T, as_, T, bs_, T, cs_, T, ys_, {              \
       for (int64_t j_ = 0; j_ < n_; j_++) {                                \
-        const T p2_ = pa_[j_ * sa_] * pb_[j_ * sb_];                       \
-        py_[j_] = p2_ + pc_[j_ * sc_];                                     \
+        const T prod_ = p0_[j_ * s0_] * p1_[j_ * s1_];                     \
+        py_[j_] = prod_ + p2_[j_ * s2_];                                   \
       }                                                                    \
-      i_ += n_;                                                            \
-      iter_step(&p_, &it_, n_);                                            \
-    }                                                                      \
+    });                                                                    \
   }
 
 /* ---- shared helpers -------------------------------------------------- */

@@ -169,11 +169,11 @@ static void test_matmul__smaller_grain_gives_more_gemm_tiles(void **state) {
   graft_tensor_destroy(in[1]);
 }
 
-/* Products large enough to be tiled: column tiles (784 columns: three
- * near-equal tiles), row tiles where op(a) is transposed or rows split as
- * finely as columns, and row tiles for
- * outputs too narrow for columns (a classifier head, a matrix-vector
- * product, batched and broadcast ones), in every flag combination.  Each
+/* Products large enough to be tiled: column tiles (784 columns: near-equal
+ * tiles), row tiles where op(a) is transposed or rows split as finely as
+ * columns, and row tiles for outputs too narrow for columns (a classifier
+ * head, a matrix-vector product, batched and broadcast ones), in every flag
+ * combination.  Each
  * runs as several tiles, matches the oracle, and is bitwise the same under
  * seq, ws at 2, 3 and 8 threads (oversubscribed) and omp. */
 static void test_matmul__tiled_bitwise_across_schedules(void **state) {
