@@ -62,6 +62,7 @@
 #define BENCH_PROG "bench_mlp" /* bench_common.h, bench_mlp_model.h: its messages */
 #include "bench_common.h"
 #include "bench_mlp_model.h"
+#include "kernels/kernels_int.h" /* graft's GEMM tiling rule (gemm_tiles rows) */
 #include "graft.h"
 
 #define N_GEMMS (3 * N_LAYERS - 1) /* no dX for the first layer */
@@ -71,10 +72,6 @@
 #define WARMUP_CALLS 2
 #define TARGET_REP_US 4000.0
 #define MAX_INNER 1000
-/* graft's GEMM tile width for these shapes at the default grain
- * (GRAFT__MM_MIN_COLS in src/kernels/kernels_int.h); keep in step. */
-#define TILE_MIN 256     /* graft's GRAFT__MM_MIN_COLS */
-#define TILE_MIN_ROWS 64 /* graft's GRAFT__MM_MIN_ROWS */
 #define BREAKDOWN_STEPS 9
 #define TARGET_ROOFLINE 1.10
 #define TARGET_BWD_FWD 2.20
@@ -183,14 +180,6 @@ static void gemm_cols(const gemm *g, int j0, int j1) {
               g->M, j1 - j0, g->K, 1.0f, g->a, g->lda, b, g->ldb, 0.0f, g->c + j0, g->ldc);
 }
 
-/* graft's tile extent for a segment of S units and a minimum of min: as
- * many tiles of at least 3/4 min as fit, near-equal, a multiple of 16. */
-static int tile_len(int S, int min) {
-  int n = (S + min - 1) / min;
-  if (S / n < min * 3 / 4) n = S / min > 1 ? S / min : 1;
-  return ((S + n - 1) / n + 15) / 16 * 16;
-}
-
 typedef enum gemm_variant { GV_SINGLE, GV_TILES, GV_HALVES } gemm_variant;
 static const char *const GV_NAMES[] = {"gemm", "gemm_tiles", "gemm_omp2"};
 
@@ -200,9 +189,11 @@ static int gemm_run(const gemm *g, gemm_variant v) {
   if (v == GV_SINGLE) {
     gemm_rows(g, 0, g->M);
   } else if (v == GV_TILES) {
-    int rows = (g->N < TILE_MIN && g->M > g->N) ||
-               (g->M >= 2 * TILE_MIN && (g->ta || g->M / TILE_MIN >= g->N / TILE_MIN));
-    int S = rows ? g->M : g->N, len = tile_len(S, rows && g->N < TILE_MIN ? TILE_MIN_ROWS : TILE_MIN);
+    /* graft's own rule (kernels_int.h); at the default grain these shapes'
+     * tiles are the minimum size, the grain asks for fewer units. */
+    int rows = graft__mm_by_rows(g->M, g->N, g->ta);
+    int S = rows ? g->M : g->N;
+    int len = (int)graft__mm_tile_len(S, graft__mm_min_units(rows, g->N), S);
     for (int u = 0; u < S; u += len) {
       int u1 = u + len < S ? u + len : S;
       if (rows)

@@ -132,7 +132,9 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
  * Each stamps one static function computing [begin, end) of k's output.
  * EXPR names its operands x (unary), a and b (binary); it may read k.  The
  * contiguous branches are the plain loops the compiler vectorizes; the
- * stride-0 branches hoist a broadcast operand. */
+ * stride-0 branches hoist a broadcast operand.  The unary and binary ones
+ * keep their broadcasting path in an out-of-line NAME_bcast, so the
+ * same-shape path (a rank-0 value: one element) stays a few instructions. */
 
 #define DEF_UNARY(NAME, TI, TO, EXPR)                                      \
   static __attribute__((noinline)) void NAME##_bcast(                      \

@@ -50,6 +50,18 @@ static inline int64_t graft__mm_min_units(int by_rows, int64_t N) {
   return by_rows && N < GRAFT__MM_MIN_COLS ? GRAFT__MM_MIN_ROWS : GRAFT__MM_MIN_COLS;
 }
 
+/* The tile extent in a segment of S units for tiles of about len units: as
+ * many tiles as fit at 3/4 of len or more (784 rows of at least 256 make
+ * four tiles, not three: a third tile leaves one of two workers idle for a
+ * whole tile), at most cap of them, near-equal and a multiple of
+ * GRAFT__MM_ALIGN.  S or more: the segment is one tile. */
+static inline int64_t graft__mm_tile_len(int64_t S, int64_t len, int64_t cap) {
+  int64_t n = (S + len - 1) / len;
+  if (S / n < len * 3 / 4) n = S / len > 1 ? S / len : 1;
+  if (n > cap) n = cap > 1 ? cap : 1;
+  return ((S + n - 1) / n + GRAFT__MM_ALIGN - 1) / GRAFT__MM_ALIGN * GRAFT__MM_ALIGN;
+}
+
 /* The OpenBLAS threading variant as openblas_get_parallel() reports it:
  * 0 sequential, 1 pthreads, 2 OpenMP; -1 when the BLAS is not OpenBLAS.
  * Runs graft__blas_init first, so the answer is the one kernels run with. */

@@ -6,9 +6,9 @@
  * (batch) dims of a and b broadcast NumPy-style to those of out.
  *
  * Units are output columns over all batches (batch count * N), or output
- * rows (batch count * M) where graft__mm_by_rows says so (narrow outputs,
- * transposed op(a); kernels_int.h says why).  A call for units [begin, end) issues one gemm
- * per batch it touches, over the block of that batch inside the range: all
+ * rows (batch count * M) where graft__mm_by_rows says so (kernels_int.h
+ * says when and why).  A call for units [begin, end) issues one gemm per
+ * batch it touches, over the block of that batch inside the range: all
  * M rows and columns [j0, j1), or rows [i0, i1) and all N columns.
  * op(b)[:, j0:j1] starts j0 columns into the stored b, or j0 rows down when
  * b is stored transposed; op(a)[i0:i1, :] starts i0 rows down the stored a,

@@ -166,8 +166,9 @@ static void fail(ctx *c, uint32_t i, graft_status st, const char *reason) {
   atomic_store_explicit(&c->s->cancel, 1, memory_order_release);
 }
 
-static inline void push_or_fail(ctx *c, worker *me, uint32_t i, uint64_t item) {
-  if (graft__deque_push(&me->dq, item) != GRAFT_OK) fail(c, i, GRAFT_ENOMEM, "out of memory growing a task deque");
+/* Push item (of order position i) onto dq, or cancel the call. */
+static inline void push_or_fail(ctx *c, graft__deque *dq, uint32_t i, uint64_t item) {
+  if (graft__deque_push(dq, item) != GRAFT_OK) fail(c, i, GRAFT_ENOMEM, "out of memory growing a task deque");
 }
 
 /* All tiles of order position i are ready: push them, keeping one inline;
@@ -175,18 +176,17 @@ static inline void push_or_fail(ctx *c, worker *me, uint32_t i, uint64_t item) {
 static inline __attribute__((always_inline)) void ready(ctx *c, worker *me, local *l, uint32_t i) {
   if (c->p->kargs[i].defer && !c->solo) {
     for (int32_t t = c->p->tiling[i].n - 1; t >= 0; t--)
-      if (graft__deque_push(&me->later, ((uint64_t)i << 32) | (uint32_t)t) != GRAFT_OK)
-        fail(c, i, GRAFT_ENOMEM, "out of memory growing a task deque");
+      push_or_fail(c, &me->later, i, ((uint64_t)i << 32) | (uint32_t)t);
     return;
   }
   if (!c->p->kargs[i].whole)
     for (int32_t t = c->p->tiling[i].n - 1; t >= 1; t--)
-      push_or_fail(c, me, i, ((uint64_t)i << 32) | (uint32_t)t);
+      push_or_fail(c, &me->dq, i, ((uint64_t)i << 32) | (uint32_t)t);
   if (!l->have_next) {
     l->next = (uint64_t)i << 32;
     l->have_next = 1;
   } else {
-    push_or_fail(c, me, i, (uint64_t)i << 32);
+    push_or_fail(c, &me->dq, i, (uint64_t)i << 32);
   }
 }
 
@@ -195,7 +195,7 @@ static inline __attribute__((always_inline)) void ready(ctx *c, worker *me, loca
 static inline void take_range(ctx *c, worker *me, local *l, int src, uint32_t a, uint32_t b) {
   if (l->r0 < l->r1) {
     const uint32_t *arr = l->src ? c->p->sources : c->p->succ;
-    push_or_fail(c, me, arr[l->r0], range_item(l->src, l->r0, l->r1));
+    push_or_fail(c, &me->dq, arr[l->r0], range_item(l->src, l->r0, l->r1));
   }
   l->src = src;
   l->r0 = a;
@@ -341,7 +341,7 @@ static inline void maybe_split(ctx *c, worker *me, local *l) {
     return;
   uint32_t mid = l->r0 + (l->r1 - l->r0) / 2;
   const uint32_t *arr = l->src ? c->p->sources : c->p->succ;
-  push_or_fail(c, me, arr[mid], range_item(l->src, mid, l->r1));
+  push_or_fail(c, &me->dq, arr[mid], range_item(l->src, mid, l->r1));
   l->r1 = mid;
 }
 
@@ -363,7 +363,7 @@ static void worker_main(ctx *c, int wid) {
       continue;
     } else if (!(c->solo ? graft__deque_pop_solo(&me->dq, &item)
                          : graft__deque_pop(&me->dq, &item)) &&
-               !try_steal(c, wid, &item, 0) && !(!c->solo && graft__deque_pop(&me->later, &item)) &&
+               !try_steal(c, wid, &item, 0) && !graft__deque_pop(&me->later, &item) &&
                !try_steal(c, wid, &item, 1)) {
       if (!is_hungry) {
         is_hungry = 1;

@@ -71,7 +71,6 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
     const int64_t S = rows ? M : N;
     const int64_t batches = units / (S > 0 ? S : 1);
     if (S <= 0 || batches * S != units) return; /* keep it whole */
-    const int64_t al = GRAFT__MM_ALIGN;
     /* A grain below the default scales the minimum down with it (to 16
      * units at least): a many-core run may trade some single-thread speed
      * for more GEMM tiles (GRAFT_GRAIN=8192: 64-column tiles). */
@@ -81,14 +80,8 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
     if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
     tl->seg = S;
     if (len < S) {
-      /* As many tiles as fit at 3/4 of len or more: 784 rows of at least
-       * 256 make four tiles, not three (a third tile leaves one of two
-       * workers idle for a whole tile). */
+      len = graft__mm_tile_len(S, len, MAX_TILES / batches);
       int64_t per_seg = (S + len - 1) / len;
-      if (S / per_seg < len * 3 / 4) per_seg = GRAFT__MAX(S / len, (int64_t)1);
-      if (batches * per_seg > MAX_TILES) per_seg = GRAFT__MAX(MAX_TILES / batches, (int64_t)1);
-      len = ((S + per_seg - 1) / per_seg + al - 1) / al * al;
-      per_seg = (S + len - 1) / len;
       if (len < S) {
         tl->len = len;
         tl->per_seg = (int32_t)per_seg;

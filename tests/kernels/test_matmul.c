@@ -173,9 +173,9 @@ static void test_matmul__smaller_grain_gives_more_gemm_tiles(void **state) {
  * tiles), row tiles where op(a) is transposed or rows split as finely as
  * columns, and row tiles for outputs too narrow for columns (a classifier
  * head, a matrix-vector product, batched and broadcast ones), in every flag
- * combination.  Each
- * runs as several tiles, matches the oracle, and is bitwise the same under
- * seq, ws at 2, 3 and 8 threads (oversubscribed) and omp. */
+ * combination.  Each runs as several tiles, matches the oracle, and is
+ * bitwise the same under seq, ws at 2, 3 and 8 threads (oversubscribed) and
+ * omp. */
 static void test_matmul__tiled_bitwise_across_schedules(void **state) {
   (void)state;
   static const mm_case cases[] = {
