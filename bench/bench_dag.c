@@ -309,7 +309,8 @@ typedef struct measurement {
   int reps;
   double ns_per_node[N_CONFIGS];
   double min_ns_per_node[N_CONFIGS]; /* fastest rep: the least disturbed */
-  double compile_ms[N_CONFIGS];
+  double compile_ms[N_CONFIGS], planner_ms[N_CONFIGS];
+  int64_t arena_bytes[N_CONFIGS];
   int64_t live_nodes[N_CONFIGS], tiles[N_CONFIGS], steals[N_CONFIGS];
 } measurement;
 
@@ -369,6 +370,8 @@ static int measure(const dag *d, int reps, graft_tensor *const *in, graft_tensor
     graft_plan_stats st;
     if (bench_report(graft_function_stats(x.f[c], &st), "graft_function_stats", x.f[c])) goto done;
     m->compile_ms[c] = st.compile_us * 1e-3;
+    m->planner_ms[c] = st.planner_us * 1e-3;
+    m->arena_bytes[c] = st.arena_bytes;
     m->live_nodes[c] = st.live_nodes;
     m->tiles[c] = st.tiles;
     if (st.tiles != d->n)
@@ -425,17 +428,18 @@ static void print_rows(const options *opt, dag_kind kind, const measurement *m,
       bench_json_num("growth", growth, "%.4f");
       if (!isnan(growth)) printf(",\"growth_from_nodes\":%" PRId64, small->nodes);
       printf(",\"live_nodes\":%" PRId64 ",\"tiles\":%" PRId64 ",\"steals\":%" PRId64
-             ",\"compile_ms\":%.2f}\n",
-             m->live_nodes[c], m->tiles[c], m->steals[c], m->compile_ms[c]);
+             ",\"compile_ms\":%.2f,\"planner_ms\":%.2f,\"arena_bytes\":%" PRId64 "}\n",
+             m->live_nodes[c], m->tiles[c], m->steals[c], m->compile_ms[c], m->planner_ms[c],
+             m->arena_bytes[c]);
     } else {
       char thr[16], vo[16], gr[16];
       snprintf(thr, sizeof thr, "%d%s", cf->threads, over ? "*" : "");
       printf("%-10s %8" PRId64 " %-5s %7s %4d %18.2f %15.2f %12.3f %12s %7s %15.2f %9" PRId64
-             " %10.0f\n",
+             " %10.0f %10.0f %9.0f\n",
              DAG_NAMES[kind], m->nodes, SCHED_NAMES[cf->sched], thr, m->reps, ns, seq_ns, vs_seq,
              bench_fmt_num(vo, sizeof vo, "%.3f", vs_omp),
              bench_fmt_num(gr, sizeof gr, "%.3f", growth), m->min_ns_per_node[c], m->steals[c],
-             m->compile_ms[c]);
+             m->compile_ms[c], m->planner_ms[c], (double)m->arena_bytes[c] / 1024.0);
     }
   }
   fflush(stdout);
@@ -458,10 +462,13 @@ static void print_header(const bench_info *info, const options *opt) {
          "# traces and compiles); ratio_vs_seq, ratio_vs_omp: over seq and over omp at the same\n"
          "# thread count; growth: ns per node at this size / at the size 10x smaller;\n"
          "# threads marked * exceed the CPUs of this process; min_ns_per_node: fastest rep;\n"
-         "# steals: ws, last call; compile_ms: plan compilation (informational)\n");
-  printf("# %-8s %8s %-5s %7s %4s %18s %15s %12s %12s %7s %15s %9s %10s\n", "name", "nodes",
-         "sched", "threads", "reps", "median_ns_per_node", "seq_ns_per_node", "ratio_vs_seq",
-         "ratio_vs_omp", "growth", "min_ns_per_node", "steals", "compile_ms");
+         "# steals: ws, last call; compile_ms: plan compilation, planner_ms: of which the\n"
+         "# memory planner (informational); arena_kib: the plan's arena (one thread packs\n"
+         "# scalars 4 to a cache line, several give each its own line)\n");
+  printf("# %-8s %8s %-5s %7s %4s %18s %15s %12s %12s %7s %15s %9s %10s %10s %9s\n", "name",
+         "nodes", "sched", "threads", "reps", "median_ns_per_node", "seq_ns_per_node",
+         "ratio_vs_seq", "ratio_vs_omp", "growth", "min_ns_per_node", "steals", "compile_ms",
+         "planner_ms", "arena_kib");
 }
 
 /* ---- command line -------------------------------------------------------- */

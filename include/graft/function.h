@@ -86,8 +86,10 @@ typedef struct graft_plan_stats {
   double compile_us;      /* time to compile this plan */
   double planner_us;      /* of which the memory planner */
   int planner_exact;      /* 1: reuse decided by exact reachability; 0: the
-                             graph was too large (> 16384 compute nodes) and
-                             only single-reader in-place chains share bytes */
+                             graph was too large (> 16384 compute nodes):
+                             reuse and in-place writes only where a bounded
+                             search of each writer's ancestors proves them
+                             (compact when lifetimes are local) */
   int lanes;              /* GRAFT_MEMORY=lanes:N of the plan, 0 = parallel */
   int64_t lane_edges;     /* ordering edges lanes added */
   int64_t direct_assigns; /* assigns that write straight into their variable

@@ -20,15 +20,16 @@
  *    conflicting buffers, a maximum-weight antichain of "before", exact by a
  *    max flow (antichain_bound).
  *
- * Above MAX_EXACT compute nodes the bitsets would not fit, so the planner
- * only merges in-place chains whose input has a single reader and gives every
- * buffer its own bytes (correct, not compact; stats say so). */
+ * Above graft__memplan_max_exact compute nodes the bitsets would not fit:
+ * a bounded search of each writer's nearest ancestors (memplan_local.c)
+ * proves the in-place writes and the reuse instead (correct, compact where
+ * lifetimes are local; stats say the plan is not exact). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/sched.h"
+#include "sched/memplan_int.h"
 
-#define MAX_EXACT 16384
+int graft__memplan_max_exact = 16384;
 /* Placement passes after the first run while their scans (about nb^2 / 2
  * pairs each) stay within this many pairs in all: at 4,400 buffers 4
  * first-fit passes and 2 compactions, from about 8,200 on one pass. */
@@ -47,13 +48,7 @@ int graft__memplan_naive;
 int64_t graft__memplan_flow_work;
 #define FLOW_INF (INT64_MAX / 4)
 
-typedef struct buffer {
-  int64_t size;        /* bytes, rounded to a slot (graft__slot_bytes) */
-  uint32_t w0;         /* first writer (order position) */
-  int sink;            /* read at the end of the call */
-  int64_t last;        /* last touch (order position; n for a sink) */
-  int64_t off;
-} buffer;
+typedef graft__mbuf buffer;
 
 typedef struct mp {
   graft__plan *p;
@@ -66,6 +61,7 @@ typedef struct mp {
   uint32_t nb;
   int64_t cw;          /* words per bitset over buffers */
   uint64_t *conf;      /* 64 cw x cw: conflict matrix (conflict_matrix) */
+  graft__anc anc;      /* without desc: the bounded ancestor search */
 } mp;
 
 /* Start of row i of triangular rows over nw words, row i holding only the
@@ -106,19 +102,24 @@ static void descendants(mp *m) {
   }
 }
 
-/* Every reader of u other than i precedes i in every schedule. */
-static int others_precede(const mp *m, uint32_t u, uint32_t i) {
+/* Every reader of u other than i precedes i in every schedule (without
+ * the bitsets: as far as the bounded search proves). */
+static int others_precede(mp *m, uint32_t u, uint32_t i) {
   const graft__plan *p = m->p;
   for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++) {
     uint32_t r = p->succ[e];
     if (r == i) continue;
-    if (!m->desc || !is_anc(m, r, i)) return 0;
+    if (m->desc) {
+      if (!is_anc(m, r, i)) return 0;
+      continue;
+    }
+    if (!graft__anc_reaches(&m->anc, r, i, GRAFT__ANC_CAP)) return 0;
   }
   return 1;
 }
 
 /* The input order position i may overwrite, or UINT32_MAX. */
-static uint32_t inplace_victim(const mp *m, uint32_t i) {
+static uint32_t inplace_victim(mp *m, uint32_t i) {
   const graft__plan *p = m->p;
   uint32_t id = p->order[i];
   const graft__node *n = graft__graph_node(p->g, id);
@@ -419,13 +420,15 @@ graft_status graft__memplan(graft__plan *p) {
   m.sink = graft__calloc(n ? n : 1, 1);
   bid = graft__malloc((n ? n : 1) * sizeof *bid);
   if (!m.root || !m.sink || !bid) goto out;
-  int exact = n <= MAX_EXACT;
+  int exact = (int64_t)n <= graft__memplan_max_exact;
   if (exact) {
     m.nw = (n + 63) / 64;
     int64_t words = tri_start(m.nw, n);
     m.desc = graft__calloc((size_t)(words ? words : 1), sizeof *m.desc);
     if (!m.desc) goto out;
     descendants(&m);
+  } else {
+    if (graft__anc_init(&m.anc, p, GRAFT__ANC_CAP)) goto out;
   }
   /* Outputs and staged assignments are read after the graph. */
   for (uint32_t i = 0; i < n; i++) {
@@ -476,9 +479,11 @@ graft_status graft__memplan(graft__plan *p) {
   int64_t arena = 0;
   if (exact && !graft__memplan_naive) {
     if (place(&m, &arena)) goto out;
+  } else if (!graft__memplan_naive) {
+    if (graft__memplan_local(p, &m.anc, m.buf, nb, bid, &arena)) goto out;
   } else {
-    /* No reachability: no sharing.  Whole-line buffers first, then the
-     * small slots, so no alignment padding falls between them. */
+    /* No sharing.  Whole-line buffers first, then the small slots, so no
+     * alignment padding falls between them. */
     for (int small = 0; small < 2; small++)
       for (uint32_t k = 0; k < nb; k++)
         if ((graft__slot_align(m.buf[k].size, p->pack_small) < GRAFT__ALIGN) == small) {
@@ -500,6 +505,7 @@ out:
   graft__free(m.conf);
   graft__free(m.root);
   graft__free(m.sink);
+  graft__anc_free(&m.anc);
   return st;
 }
 

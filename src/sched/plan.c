@@ -516,10 +516,8 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
       graft__plan_tile(p, opts->grain) || graft__plan_partition(p, opts->n_parts))
     goto nomem;
 #ifdef GRAFT_PLAN_CHECK
-  /* Debug builds verify every plan against the DAG (up to the size where
-   * the checker has exact bitsets; beyond, its search is too slow to run on
-   * every compile: tests call it directly). */
-  if (p->stats.planner_exact && (st = graft__plan_check(p, msg))) {
+  /* Debug builds verify every plan against the DAG. */
+  if ((st = graft__plan_check(p, msg))) {
     graft__plan_destroy(p);
     return st;
   }

@@ -7,7 +7,16 @@
  * touch of i (its writer and readers; outputs and staged assignments are
  * also read after the graph, which nothing precedes) is a strict ancestor of
  * j's writer, except that j may read i when j is an elementwise op written
- * exactly over i (same offset and size: in place). */
+ * exactly over i (same offset and size: in place).
+ *
+ * Up to graft__memplan_max_exact values the checker keeps descendant
+ * bitsets and checks every overlapping pair.  Above, it searches the DAG,
+ * and only for the pairs that matter (sweep): on each elementary byte
+ * range (between two consecutive value boundaries) each value against the
+ * one before it in compile order.  That covers every pair: if i < j < k
+ * all hold a byte, (i, j) and (j, k) legal make (i, k) legal, since every
+ * touch of i other than j precedes j's writer, which precedes k's writer,
+ * and k cannot read i (that read would have to precede j's writer). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +118,83 @@ static int by_lo(const void *a, const void *b) {
   return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* Incidences (value, elementary range) the sweep takes on; past them (a
+ * pathological layout) it leaves the plan to the pairwise check. */
+#define SWEEP_MAX(m) (32 * (int64_t)(m) + (1 << 20))
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static uint32_t lower_bound(const int64_t *v, uint32_t n, int64_t x) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (v[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* ex: the m values with bytes, in compile order.  *done = 0 when the
+ * layout is too fragmented for the sweep (nothing checked). */
+static graft_status sweep(checker *c, const ext *ex, uint32_t m, int *done, char *msg) {
+  graft_status st = GRAFT_ENOMEM;
+  uint32_t m1 = m ? m : 1;
+  int64_t *pts = graft__malloc(2 * (size_t)m1 * sizeof *pts);
+  uint32_t *at = graft__calloc(2 * (size_t)m1 + 2, sizeof *at);
+  uint32_t *prev = graft__malloc(m1 * sizeof *prev);
+  uint32_t *list = NULL;
+  *done = 1;
+  if (!pts || !at || !prev) goto out;
+  for (uint32_t k = 0; k < m; k++) {
+    pts[2 * k] = ex[k].lo;
+    pts[2 * k + 1] = ex[k].hi;
+    prev[k] = UINT32_MAX;
+  }
+  qsort(pts, 2 * (size_t)m, sizeof *pts, cmp_i64);
+  uint32_t np = 0;
+  for (uint32_t k = 0; k < 2 * m; k++)
+    if (!np || pts[np - 1] != pts[k]) pts[np++] = pts[k];
+  /* Range r is [pts[r], pts[r + 1]); its values, in compile order, are
+   * list[at[r] .. at[r + 1]). */
+  int64_t total = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint32_t k = 0; k < m; k++) {
+      uint32_t a = lower_bound(pts, np, ex[k].lo), b = lower_bound(pts, np, ex[k].hi);
+      for (uint32_t r = a; r < b && pass; r++) list[at[r + 1]++] = k;
+      if (!pass) {
+        total += b - a;
+        if (total > SWEEP_MAX(m)) {
+          *done = 0;
+          st = GRAFT_OK;
+          goto out;
+        }
+        for (uint32_t r = a; r < b; r++) at[r + 2]++;
+      }
+    }
+    if (pass) break;
+    for (uint32_t r = 0; r < np; r++) at[r + 2] += at[r + 1];
+    list = graft__malloc((size_t)(total ? total : 1) * sizeof *list);
+    if (!list) goto out;
+  }
+  for (uint32_t r = 0; r + 1 < np; r++)
+    for (uint32_t q = at[r] + 1; q < at[r + 1]; q++) {
+      uint32_t a = list[q - 1], b = list[q];
+      if (prev[b] == a) continue; /* (the same pair on the range before) */
+      prev[b] = a;
+      if ((st = pair_ok(c, ex[a].i, ex[b].i, msg))) goto out;
+    }
+  st = GRAFT_OK;
+out:
+  graft__free(pts);
+  graft__free(at);
+  graft__free(prev);
+  graft__free(list);
+  return st;
+}
+
 graft_status graft__plan_check(const graft__plan *p, char *msg) {
   checker c = {p, p->n_order, 0, NULL, NULL, NULL, 0, NULL};
   uint32_t n = c.n;
@@ -118,7 +204,7 @@ graft_status graft__plan_check(const graft__plan *p, char *msg) {
   c.stack = graft__malloc((n ? n : 1) * sizeof *c.stack);
   c.seen = graft__calloc(n ? n : 1, sizeof *c.seen);
   if (!ex || !c.sink || !c.stack || !c.seen) goto out;
-  if (n <= 16384) {
+  if ((int64_t)n <= graft__memplan_max_exact) {
     c.nw = (n + 63) / 64;
     c.desc = graft__calloc((size_t)n * (size_t)(c.nw ? c.nw : 1), sizeof *c.desc);
     if (!c.desc) goto out;
@@ -144,6 +230,10 @@ graft_status graft__plan_check(const graft__plan *p, char *msg) {
       goto out;
     }
     if (b) ex[m++] = (ext){(int64_t)p->offset[id], (int64_t)p->offset[id] + b, i};
+  }
+  if (!c.desc) {
+    int done;
+    if ((st = sweep(&c, ex, m, &done, msg)) || done) goto out;
   }
   qsort(ex, m, sizeof *ex, by_lo);
   for (uint32_t a = 0; a < m; a++) {

@@ -136,6 +136,10 @@ graft_status graft__memplan(graft__plan *p);
 /* Test-only: when set, plans compiled afterwards give every value its own
  * bytes (no reuse, no in-place), the oracle for the planner. */
 extern int graft__memplan_naive;
+/* Plans with more compute values than this (default 16384) are planned
+ * without reachability bitsets (memplan_local.c) and checked by a sweep
+ * (plan_check.c); tests lower it to run those paths on small plans. */
+extern int graft__memplan_max_exact;
 /* Test-only: when > 0, caps the max-flow work of the exact parallel bound
  * (arc visits per value), to test the bound of an unfinished flow. */
 extern int64_t graft__memplan_flow_work;

@@ -20,8 +20,13 @@
  *  - outputs and variables are bitwise equal to naive allocation
  *    (graft__memplan_naive) at 1, 2 and 8 work-stealing threads, on random
  *    DAGs, an MLP step and ops that change the dtype in place;
- *  - memory is reused: a 1000-op elementwise chain, 16 branches, a graph
- *    above the exact planner's size limit;
+ *  - memory is reused: a 1000-op elementwise chain, 16 branches, graphs
+ *    above the exact planner's size limit (chains, a stencil wavefront);
+ *  - the local planner and the checker's sweep (what plans above that limit
+ *    get), forced onto small plans (graft__memplan_max_exact = 0): the
+ *    checker and the reference accept every local plan of random DAGs,
+ *    which run bitwise equal to naive allocation; the sweep's verdict on
+ *    hand-made and mutated plans equals the pairwise check's;
  *  - the arena is allocated once per plan, not per call;
  *  - the bound is the heaviest set of pairwise conflicting buffers: equal to
  *    a brute-force search (every subset up to 16 buffers, branch and bound
@@ -32,9 +37,7 @@
  *
  * GRAFT_TEST_PLANS sets the random-DAG count of the acceptance case (default
  * 2000, half from each generator; the other random cases scale with it);
- * GRAFT_TEST_SEED=S runs only seed S (a failure prints the seed);
- * GRAFT_TEST_LONG_CHECK=1 adds the checker on a 17,384-op in-place chain
- * (left out by default: the checker takes hours there). */
+ * GRAFT_TEST_SEED=S runs only seed S (a failure prints the seed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -276,7 +279,7 @@ static void assert_plan_ok(const graft__plan *p, const graft_plan_stats *ps, con
     fail_msg("%s: want load %lld <= bound %lld <= arena %lld <= naive %lld", ctx,
              (long long)ps->load_bytes, (long long)ps->bound_bytes, (long long)ps->arena_bytes,
              (long long)ps->naive_bytes);
-  if (ps->planner_exact != (p->n_order <= EXACT_LIMIT))
+  if (ps->planner_exact != ((int64_t)p->n_order <= graft__memplan_max_exact))
     fail_msg("%s: planner_exact %d with %u compute nodes", ctx, ps->planner_exact, p->n_order);
   if (ps->inplace < 0 || ps->inplace >= (int64_t)p->n_order + (p->n_order == 0))
     fail_msg("%s: inplace %lld of %u values", ctx, (long long)ps->inplace, p->n_order);
@@ -555,21 +558,28 @@ static size_t *off_at(scratch *s, uint32_t i) { return &s->off[s->q.order[i]]; }
 #define assert_verdict(s, want, a, b, what) assert_verdict_((s), (want), (a), (b), (what), __FILE__, __LINE__)
 static void assert_verdict_(const scratch *s, graft_status want, uint32_t a, uint32_t b,
                             const char *what, const char *file, int line) {
-  char msg[1024] = "", why[512];
-  graft_status st = graft__plan_check(&s->q, msg);
-  if (st != want)
-    tu_fail_at_(file, line, "%s: the checker says %s (%s), want %s", what, graft_status_name(st), msg,
-                graft_status_name(want));
+  char why[512];
   int ref = ref_plan_valid(&s->q, why, sizeof why);
   if (ref != (want == GRAFT_OK))
     tu_fail_at_(file, line, "%s: the reference checker disagrees (%s)", what, ref ? "valid" : why);
-  uint32_t names[2] = {a, b};
-  for (int k = 0; k < 2; k++) {
-    if (names[k] == UINT32_MAX) continue;
-    char want_name[64];
-    snprintf(want_name, sizeof want_name, "%s #%u", op_at(&s->q, names[k]), s->q.order[names[k]]);
-    if (!strstr(msg, want_name))
-      tu_fail_at_(file, line, "%s: message \"%s\" does not name %s", what, msg, want_name);
+  /* the pairwise check (bitsets), then the sweep (search) */
+  for (int sweep = 0; sweep < 2; sweep++) {
+    char msg[1024] = "";
+    graft__memplan_max_exact = sweep ? 0 : EXACT_LIMIT;
+    graft_status st = graft__plan_check(&s->q, msg);
+    graft__memplan_max_exact = EXACT_LIMIT;
+    if (st != want)
+      tu_fail_at_(file, line, "%s: the checker (%s) says %s (%s), want %s", what,
+                  sweep ? "sweep" : "pairwise", graft_status_name(st), msg, graft_status_name(want));
+    uint32_t names[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+      if (names[k] == UINT32_MAX) continue;
+      char want_name[64];
+      snprintf(want_name, sizeof want_name, "%s #%u", op_at(&s->q, names[k]), s->q.order[names[k]]);
+      if (!strstr(msg, want_name))
+        tu_fail_at_(file, line, "%s: the %s message \"%s\" does not name %s", what,
+                    sweep ? "sweep" : "pairwise", msg, want_name);
+    }
   }
 }
 
@@ -835,8 +845,14 @@ static void test_graft__plan_check__agrees_with_reference_on_mutated_plans(void 
         s.q.arena_bytes -= (size_t)MIN((int64_t)s.q.arena_bytes, 64 * tu_int(&r, 1, 4));
         break;
       }
-      char msg[1024] = "", why[512];
+      char msg[1024] = "", msg2[1024] = "", why[512];
       graft_status st = graft__plan_check(&s.q, msg);
+      graft__memplan_max_exact = 0; /* the sweep */
+      graft_status st2 = graft__plan_check(&s.q, msg2);
+      graft__memplan_max_exact = EXACT_LIMIT;
+      if (st2 != st)
+        fail_msg("%s, mutation %d (%s): the checker's sweep says %s (%s), its pairwise check %s (%s)",
+                 ctx, m, what, graft_status_name(st2), msg2, graft_status_name(st), msg);
       int ref = ref_plan_valid(&s.q, why, sizeof why);
       if (st != GRAFT_OK && st != GRAFT_EINTERNAL)
         fail_msg("%s, mutation %d (%s): the checker returned %s: %s", ctx, m, what,
@@ -1250,11 +1266,9 @@ static void test_graft__memplan__above_exact_limit_stays_correct(void **state) {
 }
 
 /* One in-place chain of LONG_CHAIN elementwise ops on x [4], above
- * EXACT_LIMIT: the planner makes one buffer of it; the checker, which
- * without its bitsets searches the DAG for every pair of values sharing
- * bytes, takes time cubic in the chain's length (it did not finish within
- * minutes, and debug builds check inside every compile).  Opt-in with
- * GRAFT_TEST_LONG_CHECK=1 until that is fixed. */
+ * EXACT_LIMIT: the planner makes one buffer of it, and the checker's sweep
+ * checks each value against the one before it (checking every pair, as it
+ * did before the sweep, took time cubic in the chain's length: hours). */
 enum { LONG_CHAIN = EXACT_LIMIT + 1000 };
 
 static graft_status very_long_chain(graft_trace *t, int n_in, graft_value *const *in, int n_out,
@@ -1268,11 +1282,6 @@ static graft_status very_long_chain(graft_trace *t, int n_in, graft_value *const
 
 static void test_graft__plan_check__long_chain_above_exact_limit(void **state) {
   (void)state;
-  const char *on = getenv("GRAFT_TEST_LONG_CHECK");
-  if (!on || strcmp(on, "1")) {
-    print_message("skipped: GRAFT_TEST_LONG_CHECK=1 runs it (the checker is cubic here)\n");
-    skip();
-  }
   graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
   tu_rng r = {8};
   const int64_t sh[1] = {4};
@@ -1283,12 +1292,120 @@ static void test_graft__plan_check__long_chain_above_exact_limit(void **state) {
   graft_plan_stats ps;
   graft_function *f = compile_case(rt, &c, out, &p, &ps, "very_long_chain");
   assert_int_equal(ps.planner_exact, 0);
-  assert_int_equal(ps.inplace, LONG_CHAIN - 2);
+  /* every op but the first (its input is the caller's x) */
+  assert_int_equal(ps.inplace, LONG_CHAIN - 1);
+  assert_int_equal(ps.arena_bytes, 16);
   assert_plan_ok(p, &ps, "very_long_chain");
   tu_destroy_outs(out, 1);
   graft_function_destroy(f);
   graft_tensor_destroy(x);
   graft_runtime_destroy(rt);
+}
+
+/* A G x G stencil wavefront above EXACT_LIMIT: v(i, j) = tanh(v(i-1, j) +
+ * v(i, j-1)) over [4] f32 values, the edges from sin(x) and cos(x).  Any
+ * schedule holds at most an anti-diagonal's values (about G) live, and the
+ * local planner's search reaches every value's readers from the cells two
+ * steps on, so the arena stays O(G) against the G^2 values. */
+enum { STENCIL_G = 92 };
+
+static graft_status stencil(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                            graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *row[STENCIL_G + 1];
+  row[0] = graft_sin(t, in[0]);
+  for (int j = 1; j <= STENCIL_G; j++) row[j] = graft_sin(t, row[j - 1]);
+  for (int i = 1; i <= STENCIL_G; i++) {
+    row[0] = graft_cos(t, row[0]);
+    for (int j = 1; j <= STENCIL_G; j++) row[j] = graft_tanh(t, graft_add(t, row[j], row[j - 1]));
+  }
+  out[0] = row[STENCIL_G];
+  return GRAFT_OK;
+}
+
+static void test_graft__memplan__stencil_above_exact_limit_reuses_memory(void **state) {
+  (void)state;
+  graft_runtime *rts[COUNT(THREADS)];
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
+  tu_rng r = {31};
+  const int64_t sh[1] = {4};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 1, sh, -1, 1);
+  graph_case c = {"stencil", stencil, NULL, 1, 1, 0, &x, NULL, NULL};
+  assert_equal_to_naive(rts, &c, "stencil");
+  for (size_t k = 0; k < 2; k++) { /* 1 thread: 16-byte slots; 2: whole lines */
+    graft_tensor *out[1];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    graft_function *f = compile_case(rts[k], &c, out, &p, &ps, "stencil");
+    assert_true(p->n_order > EXACT_LIMIT);
+    assert_int_equal(ps.planner_exact, 0);
+    assert_plan_ok(p, &ps, "stencil");
+    int64_t slot = graft__slot_bytes(16, p->pack_small);
+    print_message("stencil %dx%d, ws x%d: %u values, arena %lld (%.1f values), naive %lld, load %lld, "
+                  "%lld in place, planner %.0f us\n",
+                  STENCIL_G, STENCIL_G, THREADS[k], p->n_order, (long long)ps.arena_bytes,
+                  (double)ps.arena_bytes / (double)slot, (long long)ps.naive_bytes,
+                  (long long)ps.load_bytes, (long long)ps.inplace, ps.planner_us);
+    /* every tanh over its add (an add's inputs have another reader on the
+     * same anti-diagonal, so the adds take new slots) */
+    assert_true(ps.inplace >= STENCIL_G * STENCIL_G);
+    assert_true(ps.arena_bytes <= 4 * (STENCIL_G + 1) * slot);
+    assert_true(ps.naive_bytes >= 2 * STENCIL_G * STENCIL_G * slot);
+    /* the values against the same recurrence in double */
+    double row[STENCIL_G + 1][4];
+    for (int e = 0; e < 4; e++) {
+      row[0][e] = sin(tu_get(x, e));
+      for (int j = 1; j <= STENCIL_G; j++) row[j][e] = sin(row[j - 1][e]);
+      for (int i = 1; i <= STENCIL_G; i++) {
+        row[0][e] = cos(row[0][e]);
+        for (int j = 1; j <= STENCIL_G; j++) row[j][e] = tanh(row[j][e] + row[j - 1][e]);
+      }
+    }
+    double want[4] = {row[STENCIL_G][0], row[STENCIL_G][1], row[STENCIL_G][2], row[STENCIL_G][3]};
+    tu_assert_values(out[0], want, 4, 1e-4, "stencil");
+    tu_destroy_outs(out, 1);
+    graft_function_destroy(f);
+  }
+  for (size_t k = 0; k < COUNT(THREADS); k++) graft_runtime_destroy(rts[k]);
+  graft_tensor_destroy(x);
+}
+
+/* The local planner (and the checker's sweep) on small plans: forced by
+ * graft__memplan_max_exact = 0.  Every plan passes both checkers and runs
+ * bitwise equal to naive allocation at 1, 2 and 8 threads; in all, memory
+ * is reused and written in place. */
+static void test_graft__memplan__local_planner_on_random_dags(void **state) {
+  (void)state;
+  graft_runtime *rts[COUNT(THREADS)];
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
+  graft_runtime *seq = tu_runtime_of("seq", 1, GRAIN);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 10;
+  totals local = {0};
+  for (int64_t k = 0; k < seed_count(n); k++) {
+    uint64_t seed = seed_at(21001, k);
+    alt_case a;
+    alt_case_make(&a, k, seed);
+    graft__memplan_max_exact = 0;
+    graft_tensor *out[MAX_OUTS];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    graft_function *f = compile_case(k % 2 ? seq : rts[1], &a.c, out, &p, &ps, a.ctx);
+    assert_plan_ok(p, &ps, a.ctx);
+    totals_add(&local, p, &ps);
+    tu_destroy_outs(out, a.c.n_out);
+    graft_function_destroy(f);
+    if (k % 2 == 0) assert_equal_to_naive(rts, &a.c, a.ctx);
+    graft__memplan_max_exact = EXACT_LIMIT;
+    alt_case_free(&a);
+  }
+  for (size_t k = 0; k < COUNT(THREADS); k++) graft_runtime_destroy(rts[k]);
+  graft_runtime_destroy(seq);
+  totals_print("local planner", &local);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (!only || !*only) {
+    assert_true(local.inplace > 0);
+    assert_true(local.arena < local.naive);
+  }
 }
 
 /* ---- 5. one arena per plan, not per call ----------------------------------------- */
@@ -1745,6 +1862,7 @@ static void test_graft__memplan__same_plan_every_compile(void **state) {
 
 static int group_teardown(void **state) {
   (void)state;
+  graft__memplan_max_exact = EXACT_LIMIT;
   graft__memplan_naive = 0;
   graft__memplan_flow_work = 0;
   graft_set_allocator(NULL);
@@ -1763,6 +1881,8 @@ int main(void) {
       cmocka_unit_test(test_graft__memplan__independent_branches_share_memory),
       cmocka_unit_test(test_graft__memplan__above_exact_limit_stays_correct),
       cmocka_unit_test(test_graft__plan_check__long_chain_above_exact_limit),
+      cmocka_unit_test(test_graft__memplan__stencil_above_exact_limit_reuses_memory),
+      cmocka_unit_test(test_graft__memplan__local_planner_on_random_dags),
       cmocka_unit_test(test_graft_function_call__arena_allocated_once_per_plan),
       cmocka_unit_test(test_graft__memplan__bound_is_max_weight_antichain),
       cmocka_unit_test(test_graft__memplan__bound_without_the_flow),
