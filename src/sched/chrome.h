@@ -16,9 +16,14 @@ typedef struct graft__trace_event {
   int32_t victim;         /* steals: the worker robbed */
 } graft__trace_event;
 
-/* Open path for writing; msg names the path on failure (GRAFT_EIO). */
-graft_status graft__chrome_open(const char *path, graft__chrome **out, char *msg);
-/* Finish the JSON array and close.  NULL is a no-op. */
+/* Open path for writing (or join the runtimes already writing it) as a new
+ * process track named "graft runtime <pid>: <label>"; msg names the path
+ * on failure (GRAFT_EIO). */
+graft_status graft__chrome_open(const char *path, const char *label, graft__chrome **out, char *msg);
+/* When the file was opened (graft__now_us): events' ts count from there. */
+double graft__chrome_epoch(const graft__chrome *c);
+/* Leave the file; the last to leave finishes the JSON array and closes it.
+ * NULL is a no-op. */
 void graft__chrome_close(graft__chrome *c);
 /* Append one call's events; name_of gives each node's label.  Thread-safe. */
 void graft__chrome_write(graft__chrome *c, const char *fn_name, const graft__trace_event *ev,

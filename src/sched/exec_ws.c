@@ -93,7 +93,7 @@ typedef struct ctx {
   int team;
   int solo;                    /* team of one: no thieves */
   int tracing;
-  double t0;
+  double t0;                   /* the trace file's epoch (slice times count from it) */
 } ctx;
 
 void graft__exec_state_destroy(struct graft__exec_state *s) {
@@ -415,7 +415,7 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
   atomic_store(&s->cancel, 0);
   atomic_store(&s->status, GRAFT_OK);
   atomic_store(&s->hungry, 0);
-  ctx c = {p, rt, s, nt, nt == 1, rt->trace != NULL, now_us()};
+  ctx c = {p, rt, s, nt, nt == 1, rt->trace != NULL, rt->trace ? graft__chrome_epoch(rt->trace) : 0};
   const int caller_pu = rt->worker_pu ? graft__runtime_caller_pu() : -1;
 
 #pragma omp parallel num_threads(nt)

@@ -120,8 +120,10 @@ GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, g
       goto done;
     }
   }
-  if (rt->cfg.trace_path && graft__chrome_open(rt->cfg.trace_path, &rt->trace, msg)) {
-    st = GRAFT_EIO;
+  char label[64];
+  snprintf(label, sizeof label, "%s x%d", graft__sched_name(rt->cfg.sched), rt->num_threads);
+  if (rt->cfg.trace_path && (st = graft__chrome_open(rt->cfg.trace_path, label, &rt->trace, msg))) {
+    if (st == GRAFT_ENOMEM) graft__msgf(msg, "out of memory");
     graft_runtime_destroy(rt);
     rt = NULL;
     goto done;

@@ -1,6 +1,7 @@
 /* The runtime's environment outputs: GRAFT_TRACE (a Chrome trace JSON file
- * with one track per worker and a slice per node tile), a GRAFT_TRACE that
- * cannot be written, GRAFT_DISPLAY_ENV (the resolved configuration on
+ * with one track per worker and a slice per node tile; runtimes alive at
+ * once share the file, a process track each, and calls follow one another
+ * in time), a GRAFT_TRACE that cannot be written, GRAFT_DISPLAY_ENV (the resolved configuration on
  * stderr), and graft_runtime_describe on a synthetic topology.
  *
  * Which worker ran which tile is learned independently of the trace file
@@ -120,8 +121,9 @@ static const char *object_end(const char *s) {
 typedef struct event {
   char name[64];
   char ph[4];
-  int tid;
+  int pid, tid;
   int has_ts, has_dur;
+  double ts, dur;
 } event;
 
 /* Fields of one event object [b, e). */
@@ -131,14 +133,14 @@ static void parse_event(const char *b, const char *e, event *ev) {
   memcpy(obj, b, n);
   obj[n] = '\0';
   memset(ev, 0, sizeof *ev);
-  ev->tid = -1;
+  ev->tid = ev->pid = -1;
   const char *p;
   if ((p = strstr(obj, "\"name\":\""))) sscanf(p + 8, "%63[^\"]", ev->name);
   if ((p = strstr(obj, "\"ph\":\""))) sscanf(p + 6, "%3[^\"]", ev->ph);
   if ((p = strstr(obj, "\"tid\":"))) sscanf(p + 6, "%d", &ev->tid);
-  double v;
-  ev->has_ts = (p = strstr(obj, "\"ts\":")) && sscanf(p + 5, "%lf", &v) == 1;
-  ev->has_dur = (p = strstr(obj, "\"dur\":")) && sscanf(p + 6, "%lf", &v) == 1 && v >= 0;
+  if ((p = strstr(obj, "\"pid\":"))) sscanf(p + 6, "%d", &ev->pid);
+  ev->has_ts = (p = strstr(obj, "\"ts\":")) && sscanf(p + 5, "%lf", &ev->ts) == 1;
+  ev->has_dur = (p = strstr(obj, "\"dur\":")) && sscanf(p + 6, "%lf", &ev->dur) == 1 && ev->dur >= 0;
 }
 
 /* text must be a JSON array of objects: '[' {obj} (',' {obj})* ']'.
@@ -227,7 +229,14 @@ static void test_graft_runtime_create__trace_writes_chrome_json(void **state) {
   event *ev = parse_trace(text, &n);
   unsigned tid_mask = 0;
   int slices = 0, saw_matmul = 0;
+  int named = 0;
   for (int k = 0; k < n; k++) {
+    assert_int_equal(ev[k].pid, 1);
+    if (!strcmp(ev[k].ph, "M")) { /* the runtime's track name */
+      assert_string_equal(ev[k].name, "process_name");
+      named++;
+      continue;
+    }
     if (!strcmp(ev[k].ph, "i")) {
       assert_string_equal(ev[k].name, "steal");
       continue;
@@ -251,6 +260,8 @@ static void test_graft_runtime_create__trace_writes_chrome_json(void **state) {
       fail_msg("node #%u: %d slices in the trace, %d tiles in the plan", id, got_tiles[id],
                want_tiles[id]);
   assert_int_equal(slices, atomic_load(&tasks_run));
+  assert_int_equal(named, 1);
+  assert_non_null(strstr(text, "graft runtime 1: ws x4"));
   assert_true(saw_matmul);
   char want_name[32];
   snprintf(want_name, sizeof want_name, "\"matmul #%u\"", matmul_id);
@@ -258,6 +269,98 @@ static void test_graft_runtime_create__trace_writes_chrome_json(void **state) {
   print_message("%d events, %d slices, worker mask %#x\n", n, slices, tid_mask);
   /* A track for every worker that ran something, and for no other. */
   assert_int_equal(tid_mask, ran_mask);
+  free(ev);
+  free(text);
+  unlink(path);
+}
+
+/* Two runtimes alive at once trace to one file, one through GRAFT_TRACE, one
+ * through opts.trace_path spelled another way: the file holds both (before,
+ * each truncated and wrote it through its own FILE, interleaving garbage),
+ * each runtime a process track of its own, and each runtime's second call
+ * after its first in time. */
+static void test_graft_runtime_create__runtimes_share_a_trace_file(void **state) {
+  (void)state;
+  char path[64], other[96];
+  temp_path(path, sizeof path, "trace2");
+  snprintf(other, sizeof other, "/tmp/../%s", path + 1); /* the same file */
+  const int threads[2] = {2, 3};
+  graft_runtime *rt[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    graft_runtime_opts o = opts_of(threads[k], "ws");
+    o.grain = 64;
+    if (k == 0) assert_int_equal(setenv("GRAFT_TRACE", path, 1), 0);
+    else o.trace_path = other;
+    graft_status st = graft_runtime_create(&o, &rt[k]);
+    unsetenv("GRAFT_TRACE");
+    assert_int_equal(st, GRAFT_OK);
+  }
+  tu_rng r = {0x2ace};
+  const int64_t as[] = {96, 48}, bs[] = {48, 48};
+  graft_tensor *in[2] = {tu_tensor_rand(&r, GRAFT_F64, 2, as, -1, 1),
+                         tu_tensor_rand(&r, GRAFT_F64, 2, bs, -1, 1)};
+  graft_function_desc d = {.name = "wide", .trace = wide, .n_inputs = 2, .n_outputs = 1};
+  graft_function *f[2];
+  int64_t tasks[2];
+  for (int k = 0; k < 2; k++) assert_int_equal(graft_function_create(rt[k], &d, &f[k]), GRAFT_OK);
+  /* interleaved: runtime 0, 1, 0, 1 */
+  for (int call = 0; call < 2; call++)
+    for (int k = 0; k < 2; k++) {
+      graft_tensor *y = NULL;
+      assert_int_equal(graft_function_call(f[k], 2, in, 1, &y), GRAFT_OK);
+      tasks[k] = graft__function_plan(f[k])->n_tasks;
+      graft_tensor_destroy(y);
+    }
+  for (int k = 0; k < 2; k++) {
+    graft_function_destroy(f[k]);
+    graft_runtime_destroy(rt[k]);
+  }
+  graft_tensor_destroy(in[0]);
+  graft_tensor_destroy(in[1]);
+
+  char *text = slurp(path);
+  int n = 0;
+  event *ev = parse_trace(text, &n);
+  /* per runtime (pid 1, 2): slices of call 1 (written first), then call 2 */
+  int slices[2] = {0, 0}, named[2] = {0, 0};
+  double end1[2] = {0, 0}, start2[2] = {1e300, 1e300};
+  for (int k = 0; k < n; k++) {
+    int pid = ev[k].pid;
+    assert_in_range(pid, 1, 2);
+    if (!strcmp(ev[k].ph, "M")) {
+      named[pid - 1]++;
+      continue;
+    }
+    if (strcmp(ev[k].ph, "X")) continue;
+    assert_in_range(ev[k].tid, 0, threads[pid - 1] - 1);
+    assert_true(ev[k].has_ts && ev[k].has_dur);
+    int c = slices[pid - 1]++ < tasks[pid - 1] ? 0 : 1;
+    if (c == 0) end1[pid - 1] = GRAFT__MAX(end1[pid - 1], ev[k].ts + ev[k].dur);
+    else start2[pid - 1] = GRAFT__MIN(start2[pid - 1], ev[k].ts);
+  }
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(named[k], 1);
+    assert_int_equal(slices[k], 2 * tasks[k]);
+    if (start2[k] < end1[k])
+      fail_msg("runtime %d: its second call starts at %.1f us, before its first ends (%.1f us)", k + 1,
+               start2[k], end1[k]);
+  }
+  assert_non_null(strstr(text, "graft runtime 1: ws x2"));
+  assert_non_null(strstr(text, "graft runtime 2: ws x3"));
+  print_message("%d events from two runtimes in one file\n", n);
+  free(ev);
+  free(text);
+
+  /* Once both closed, a new runtime starts the file anew. */
+  graft_runtime_opts o = opts_of(2, "ws");
+  o.trace_path = path;
+  graft_runtime *again = NULL;
+  assert_int_equal(graft_runtime_create(&o, &again), GRAFT_OK);
+  graft_runtime_destroy(again);
+  text = slurp(path);
+  ev = parse_trace(text, &n);
+  assert_int_equal(n, 1); /* its track name only */
+  assert_int_equal(ev[0].pid, 1);
   free(ev);
   free(text);
   unlink(path);
@@ -388,6 +491,8 @@ static int clean_env(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_graft_runtime_create__trace_writes_chrome_json,
+                                      clean_env, clean_env),
+      cmocka_unit_test_setup_teardown(test_graft_runtime_create__runtimes_share_a_trace_file,
                                       clean_env, clean_env),
       cmocka_unit_test_setup_teardown(test_graft_runtime_create__trace_unwritable_path, clean_env,
                                       clean_env),
