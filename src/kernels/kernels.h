@@ -39,9 +39,12 @@ typedef struct graft__kargs {
    * hot path needs lives here): whole = 1 when the node runs as one tile
    * covering all its units, defer = 1 when the work-stealing executor
    * runs it only after critical work (sched/tiles.c), fn its kernel,
-   * units its unit count. */
+   * units its unit count, next the node's only successor when the node
+   * is also that one's only predecessor (a chain link: it is ready as soon
+   * as this node is done), else UINT32_MAX. */
   int16_t whole;
   int16_t defer;
+  uint32_t next;
   const graft__tview *const *in; /* n_in input views */
   const graft__tview *out;
   /* A failing kernel writes its reason here (without op name prefix). */

@@ -223,6 +223,11 @@ static inline int arrive(ctx *c, _Atomic int32_t *cnt, int32_t full) {
 static inline void complete(ctx *c, worker *me, local *l, uint32_t i) {
   const graft__plan *p = c->p;
   l->done++;
+  /* (a chain link, read from the node's kargs: no successor list to walk) */
+  if (p->kargs[i].next != UINT32_MAX) {
+    ready(c, me, l, p->kargs[i].next);
+    return;
+  }
   uint32_t e0 = p->succ_off[i], e1 = p->succ_multi[i], e2 = p->succ_off[i + 1];
   for (const uint32_t *e = p->succ + e1, *end = p->succ + e2; e < end; e++)
     if (arrive(c, &c->s->pending[*e], p->npred[*e])) ready(c, me, l, *e);
@@ -241,7 +246,7 @@ static inline void run_task(ctx *c, worker *me, local *l, int wid, uint64_t item
   if (c->tracing) record(c, me, wid, ts, now_us() - ts, p->order[i], t, -1);
   if (st != GRAFT_OK) fail(c, i, st, me->msg);
   if (p->kargs[i].whole || arrive(c, &c->s->tiles_left[i], p->tiling[i].n)) {
-    if (p->tiling[i].split_r && st == GRAFT_OK && (st = graft__exec_finish(p, i, me->msg)))
+    if (!p->kargs[i].whole && p->tiling[i].split_r && st == GRAFT_OK && (st = graft__exec_finish(p, i, me->msg)))
       fail(c, i, st, me->msg);
     complete(c, me, l, i);
   }

@@ -145,6 +145,8 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
     p->work[i] = graft__plan_node_work(p, i);
     tile_node(p, i, grain, &p->tiling[i]);
     p->kargs[i].whole = p->tiling[i].n == 1 && !p->tiling[i].split_r;
+    uint32_t e0 = p->succ_off[i], e1 = p->succ_off[i + 1];
+    p->kargs[i].next = e1 - e0 == 1 && p->npred[p->succ[e0]] == 1 ? p->succ[e0] : UINT32_MAX;
     p->kargs[i].units = p->tiling[i].units;
     p->n_tasks += p->tiling[i].n;
     p->scratch_off[i] = scratch;
