@@ -431,16 +431,15 @@ graft_status graft__memplan(graft__plan *p) {
     if (graft__anc_init(&m.anc, p, GRAFT__ANC_CAP)) goto out;
   }
   /* Outputs and staged assignments are read after the graph. */
+  uint8_t *is_out = graft__calloc(p->g->n_nodes ? p->g->n_nodes : 1, 1);
+  if (!is_out) goto out;
+  for (int k = 0; k < p->g->n_outputs; k++) is_out[p->g->outputs[k]] = 1;
   for (uint32_t i = 0; i < n; i++) {
     const graft__node *nd = graft__graph_node(p->g, p->order[i]);
-    m.sink[i] = graft__ops[nd->op].flags & GRAFT__OPF_SIDE_EFFECT ? 1 : 0;
+    m.sink[i] = (graft__ops[nd->op].flags & GRAFT__OPF_SIDE_EFFECT) || is_out[p->order[i]];
     m.root[i] = i;
   }
-  for (int k = 0; k < p->g->n_outputs; k++) {
-    uint32_t id = p->g->outputs[k];
-    for (uint32_t i = 0; i < n; i++)
-      if (p->order[i] == id) m.sink[i] = 1;
-  }
+  graft__free(is_out);
   int64_t inplace = 0;
   for (uint32_t i = 0; i < n && !graft__memplan_naive; i++) {
     uint32_t u = inplace_victim(&m, i);

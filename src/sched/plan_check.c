@@ -200,6 +200,7 @@ graft_status graft__plan_check(const graft__plan *p, char *msg) {
   uint32_t n = c.n;
   graft_status st = GRAFT_ENOMEM;
   ext *ex = graft__malloc((n ? n : 1) * sizeof *ex);
+  uint8_t *is_out = NULL; /* per graph node: an output */
   c.sink = graft__calloc(n ? n : 1, 1);
   c.stack = graft__malloc((n ? n : 1) * sizeof *c.stack);
   c.seen = graft__calloc(n ? n : 1, sizeof *c.seen);
@@ -210,12 +211,14 @@ graft_status graft__plan_check(const graft__plan *p, char *msg) {
     if (!c.desc) goto out;
     descendants(&c);
   }
+  is_out = graft__calloc(p->g->n_nodes ? p->g->n_nodes : 1, 1);
+  if (!is_out) goto out;
+  for (int k = 0; k < p->g->n_outputs; k++) is_out[p->g->outputs[k]] = 1;
   uint32_t m = 0;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t id = p->order[i];
     const graft__node *nd = graft__graph_node(p->g, id);
-    c.sink[i] = (graft__ops[nd->op].flags & GRAFT__OPF_SIDE_EFFECT) != 0;
-    for (int k = 0; k < p->g->n_outputs; k++) c.sink[i] |= p->g->outputs[k] == id;
+    c.sink[i] = (graft__ops[nd->op].flags & GRAFT__OPF_SIDE_EFFECT) || is_out[id];
     int64_t b = bytes_of(p, i);
     if ((int64_t)p->offset[id] % graft__slot_align(b, p->pack_small)) {
       graft__msgf(msg, "plan check: #%u at offset %zu is not %lld-byte aligned", id, p->offset[id],
@@ -246,6 +249,7 @@ graft_status graft__plan_check(const graft__plan *p, char *msg) {
 out:
   if (st == GRAFT_ENOMEM) graft__msgf(msg, "plan check: out of memory");
   graft__free(ex);
+  graft__free(is_out);
   graft__free(c.sink);
   graft__free(c.stack);
   graft__free(c.seen);
