@@ -14,7 +14,9 @@
  * Walking the compile order, each buffer's first writer searches; the
  * candidates are the buffers whose last touch, or its chain's end, the
  * search found; y takes the smallest free slot that holds it (an exact fit
- * ends the scan), else a new slot.  What the search does not prove is never
+ * ends the scan), else a new slot.  A slot larger by whole lines is split:
+ * y takes the front, and the rest stays free under the old occupant's
+ * proof.  What the search does not prove is never
  * shared, so the plan is correct whatever the caps, and compact where
  * lifetimes are local: a stencil wavefront, blocks joined by reduction
  * trees, the temporaries of a long unrolled loop.  Cost: O(GRAFT__ANC_CAP +
@@ -108,7 +110,8 @@ typedef struct local {
   uint32_t *rel, *r_lo;           /* ... from r_lo on not yet reused */
   const int64_t *s_size;          /* slots: bytes ... */
   const uint32_t *s_occ;          /* ... and the buffer in each */
-  const uint32_t *b_slot;         /* each buffer's slot */
+  const uint32_t *b_slot;         /* each buffer's slot: where its bytes are free once it
+                                   * dies (the rest of a split slot), not where they are */
 } local;
 
 /* The smallest slot the last search proves free that holds size bytes,
@@ -149,10 +152,16 @@ graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mb
   uint32_t *t_off = graft__calloc((size_t)nb + 2, sizeof *t_off);
   uint32_t *r_off = graft__calloc((size_t)n + 2, sizeof *r_off);
   uint32_t *r_lo = graft__malloc(((size_t)n + 1) * sizeof *r_lo), *rel = NULL;
-  int64_t *s_size = graft__malloc(nb1 * sizeof *s_size), *s_off = graft__malloc(nb1 * sizeof *s_off);
-  uint32_t *s_occ = graft__malloc(nb1 * sizeof *s_occ), *b_slot = graft__malloc(nb1 * sizeof *b_slot);
+  /* slots: at most one per buffer, plus one per split */
+  int64_t *s_size = graft__malloc(2 * nb1 * sizeof *s_size), *s_off = graft__malloc(2 * nb1 * sizeof *s_off);
+  uint32_t *s_occ = graft__malloc(2 * nb1 * sizeof *s_occ), *b_slot = graft__malloc(nb1 * sizeof *b_slot);
+  uint32_t *b_place = graft__malloc(nb1 * sizeof *b_place);
+  uint32_t *s_root = graft__malloc(2 * nb1 * sizeof *s_root);
+  int64_t *s_ext = graft__malloc(2 * nb1 * sizeof *s_ext), *s_base = graft__malloc(2 * nb1 * sizeof *s_base);
   uint32_t *touch = NULL, *lastv = graft__malloc(nb1 * sizeof *lastv);
-  if (!lastv || !t_off || !r_off || !r_lo || !s_size || !s_off || !s_occ || !b_slot) goto out;
+  if (!lastv || !t_off || !r_off || !r_lo || !s_size || !s_off || !s_occ || !b_slot || !b_place || !s_root || !s_ext ||
+      !s_base)
+    goto out;
   /* Only buffers that can be freed (bytes, not read after the graph) need
    * touches or a place in the release lists. */
 #define FREEABLE(b) (buf[b].size && !buf[b].sink)
@@ -210,21 +219,37 @@ graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mb
     if (best == UINT32_MAX) {
       best = ns++;
       s_size[best] = buf[y].size;
+      s_root[best] = best;
+      s_off[best] = 0; /* (within its root: the roots are laid out below) */
+    } else if (s_size[best] - buf[y].size >= GRAFT__ALIGN && buf[y].size % GRAFT__ALIGN == 0) {
+      /* Split: y takes the front; the rest stays with the old occupant,
+       * free under the same proof (whole lines, so aligned for anyone). */
+      uint32_t rest = ns++, x = s_occ[best];
+      s_root[rest] = s_root[best];
+      s_off[rest] = s_off[best] + buf[y].size;
+      s_size[rest] = s_size[best] - buf[y].size;
+      s_occ[rest] = x;
+      b_slot[x] = rest; /* (x's bytes stay where b_place says) */
+      s_size[best] = buf[y].size;
     }
     s_occ[best] = y;
-    b_slot[y] = best;
+    b_slot[y] = b_place[y] = best;
   }
 #undef FREEABLE
-  /* Whole-line slots first, then the small ones, so no padding falls
-   * between them. */
+  /* The roots, each as large as the bytes split from it (s_ext); whole-line
+   * roots first, then the small ones, so no padding falls between them. */
+  for (uint32_t s = 0; s < ns; s++) s_ext[s] = 0;
+  for (uint32_t s = 0; s < ns; s++)
+    s_ext[s_root[s]] = GRAFT__MAX(s_ext[s_root[s]], s_off[s] + s_size[s]);
   int64_t top = 0;
   for (int small = 0; small < 2; small++)
     for (uint32_t s = 0; s < ns; s++)
-      if ((graft__slot_align(s_size[s], p->pack_small) < GRAFT__ALIGN) == small) {
-        s_off[s] = top;
-        top += s_size[s];
+      if (s_root[s] == s && (graft__slot_align(s_ext[s], p->pack_small) < GRAFT__ALIGN) == small) {
+        s_base[s] = top;
+        top += s_ext[s];
       }
-  for (uint32_t b = 0; b < nb; b++) buf[b].off = buf[b].size ? s_off[b_slot[b]] : 0;
+  for (uint32_t b = 0; b < nb; b++)
+    buf[b].off = buf[b].size ? s_base[s_root[b_place[b]]] + s_off[b_place[b]] : 0;
   *arena = top;
   st = GRAFT_OK;
 out:
@@ -234,8 +259,12 @@ out:
   graft__free(r_lo);
   graft__free(s_size);
   graft__free(s_off);
+  graft__free(s_root);
+  graft__free(s_ext);
+  graft__free(s_base);
   graft__free(s_occ);
   graft__free(b_slot);
+  graft__free(b_place);
   graft__free(touch);
   graft__free(lastv);
   return st;

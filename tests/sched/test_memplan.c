@@ -1860,6 +1860,14 @@ static void test_graft__memplan__same_plan_every_compile(void **state) {
   graft_runtime_destroy(rt);
 }
 
+/* A failed assertion leaves a test without restoring what it changed. */
+static int restore_knobs(void **state) {
+  (void)state;
+  graft__memplan_max_exact = EXACT_LIMIT;
+  graft__memplan_naive = 0;
+  return 0;
+}
+
 static int group_teardown(void **state) {
   (void)state;
   graft__memplan_max_exact = EXACT_LIMIT;
@@ -1882,7 +1890,7 @@ int main(void) {
       cmocka_unit_test(test_graft__memplan__above_exact_limit_stays_correct),
       cmocka_unit_test(test_graft__plan_check__long_chain_above_exact_limit),
       cmocka_unit_test(test_graft__memplan__stencil_above_exact_limit_reuses_memory),
-      cmocka_unit_test(test_graft__memplan__local_planner_on_random_dags),
+      cmocka_unit_test_teardown(test_graft__memplan__local_planner_on_random_dags, restore_knobs),
       cmocka_unit_test(test_graft_function_call__arena_allocated_once_per_plan),
       cmocka_unit_test(test_graft__memplan__bound_is_max_weight_antichain),
       cmocka_unit_test(test_graft__memplan__bound_without_the_flow),
