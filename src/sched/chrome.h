@@ -16,6 +16,27 @@ typedef struct graft__trace_event {
   int32_t victim;         /* steals: the worker robbed */
 } graft__trace_event;
 
+/* One worker's events of one call (GRAFT_TRACE): add with
+ * graft__trace_add, hand to graft__chrome_write, clear n for the next
+ * call; free ev with graft__free. */
+typedef struct graft__trace_buf {
+  graft__trace_event *ev;
+  int64_t n, cap;
+} graft__trace_buf;
+
+/* Append e; drops it when out of memory (a trace with holes beats failing
+ * the call). */
+static inline void graft__trace_add(graft__trace_buf *b, graft__trace_event e) {
+  if (b->n == b->cap && graft__grow((void **)&b->ev, &b->cap, b->n + 1, sizeof *b->ev)) return;
+  b->ev[b->n++] = e;
+}
+
+struct graft_runtime;
+struct graft__plan;
+/* Write one worker's events of a call of p to rt's trace (exec_seq.c). */
+void graft__exec_trace_write(const struct graft_runtime *rt, const struct graft__plan *p,
+                             const graft__trace_buf *b);
+
 /* Open path for writing (or join the runtimes already writing it) as a new
  * process track named "graft runtime <pid>: <label>"; msg names the path
  * on failure (GRAFT_EIO). */

@@ -1,10 +1,12 @@
 /* Baseline executor: OpenMP tasks with depend clauses over the same plan
  * and tiles (GRAFT_SCHED=omp).  Each tile is a task that depends on its
  * node's predecessors; a node with several tiles gets a join task that the
- * successors depend on (GCC 12 has no depend(inoutset)). */
+ * successors depend on (GCC 12 has no depend(inoutset)).  Under GRAFT_TRACE
+ * each thread records its tiles, as the work-stealing workers do. */
 #include <omp.h>
 #include <stdatomic.h>
 
+#include "sched/chrome.h"
 #include "sched/sched.h"
 
 /* GCC warns that the iterator arrays of depend clauses are unused. */
@@ -16,6 +18,8 @@ typedef struct omp_ctx {
   _Atomic int status;
   _Atomic int cancel;
   char *msg;
+  graft__trace_buf *tr;        /* per thread, GRAFT_TRACE only */
+  double t0;                   /* the trace file's epoch */
 } omp_ctx;
 
 static void fail(omp_ctx *c, uint32_t i, graft_status st, const char *reason) {
@@ -28,7 +32,13 @@ static void fail(omp_ctx *c, uint32_t i, graft_status st, const char *reason) {
 static void run_tile(omp_ctx *c, uint32_t i, int64_t t) {
   if (atomic_load_explicit(&c->cancel, memory_order_relaxed)) return;
   char reason[GRAFT__MSG_LEN];
+  double ts = c->tr ? graft__now_us() : 0;
   graft_status st = graft__exec_tile(c->p, i, t, reason);
+  if (c->tr) {
+    int w = omp_get_thread_num();
+    graft__trace_add(&c->tr[w], (graft__trace_event){ts - c->t0, graft__now_us() - ts, c->p->order[i],
+                                                     (int32_t)t, w, -1});
+  }
   if (st != GRAFT_OK) fail(c, i, st, reason);
 }
 
@@ -45,16 +55,19 @@ graft_status graft__exec_omp(graft__plan *p, const graft_runtime *rt, char *msg)
   if (n == 0) return GRAFT_OK;
   char *tok = graft__malloc((size_t)n);            /* node done */
   char *ttok = graft__malloc((size_t)p->n_tasks);  /* tile done */
-  if (!tok || !ttok) {
+  int nt_team = rt->num_threads;
+  graft__trace_buf *tr = rt->trace ? graft__calloc((size_t)nt_team, sizeof *tr) : NULL;
+  if (!tok || !ttok || (rt->trace && !tr)) {
     graft__free(tok);
     graft__free(ttok);
+    graft__free(tr);
     graft__msgf(msg, "out of memory preparing OpenMP tasks for trace '%s'", p->g->name);
     return GRAFT_ENOMEM;
   }
-  omp_ctx c = {p, GRAFT_OK, 0, msg};
+  omp_ctx c = {p, GRAFT_OK, 0, msg, tr, rt->trace ? graft__chrome_epoch(rt->trace) : 0};
   const uint32_t *pred = p->pred, *off = p->pred_off;
 
-#pragma omp parallel num_threads(rt->num_threads)
+#pragma omp parallel num_threads(nt_team)
 #pragma omp single
   {
     int64_t base = 0;
@@ -78,5 +91,10 @@ graft_status graft__exec_omp(graft__plan *p, const graft_runtime *rt, char *msg)
   }
   graft__free(tok);
   graft__free(ttok);
+  for (int w = 0; tr && w < nt_team; w++) {
+    graft__exec_trace_write(rt, p, &tr[w]);
+    graft__free(tr[w].ev);
+  }
+  graft__free(tr);
   return (graft_status)atomic_load(&c.status);
 }

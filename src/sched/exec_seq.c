@@ -1,5 +1,6 @@
 /* The sequential reference executor: compute nodes in topological order on
  * the calling thread.  GRAFT_SCHED=seq, and the oracle for the others. */
+#include "sched/chrome.h"
 #include "sched/sched.h"
 
 graft_status (*graft__exec_fault_hook)(uint32_t node, int64_t tile);
@@ -8,6 +9,15 @@ void graft__exec_fail_msg(const graft__plan *p, uint32_t id, const char *reason,
   const graft__node *n = graft__graph_node(p->g, id);
   graft__msgf(msg, "%s: %s (op #%u in trace '%s')", graft__ops[n->op].name, reason, id,
               p->g->name);
+}
+
+static const char *node_name(const void *ctx, uint32_t node) {
+  const graft__graph *g = ctx;
+  return graft__ops[graft__graph_node(g, node)->op].name;
+}
+
+void graft__exec_trace_write(const graft_runtime *rt, const graft__plan *p, const graft__trace_buf *b) {
+  graft__chrome_write(rt->trace, p->g->name, b->ev, b->n, node_name, p->g);
 }
 
 graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reason) {

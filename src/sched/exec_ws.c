@@ -42,8 +42,7 @@ typedef struct worker {
                                   elsewhere (not per node: idle workers
                                   poll it) */
   int64_t steals;
-  graft__trace_event *ev;      /* GRAFT_TRACE only */
-  int64_t n_ev, cap_ev;
+  graft__trace_buf tr;         /* GRAFT_TRACE only */
   char msg[GRAFT__MSG_LEN];
 } __attribute__((aligned(64))) worker;
 
@@ -101,7 +100,7 @@ void graft__exec_state_destroy(struct graft__exec_state *s) {
   for (int i = 0; i < s->n; i++) {
     graft__deque_destroy(&s->w[i].dq);
     graft__deque_destroy(&s->w[i].later);
-    graft__free(s->w[i].ev);
+    graft__free(s->w[i].tr.ev);
   }
   graft__free(s->w);
   graft__free(s->pending);
@@ -153,10 +152,7 @@ static double now_us(void) { return graft__now_us(); }
 
 static void record(ctx *c, worker *me, int wid, double ts, double dur, uint32_t node, int64_t tile,
                    int victim) {
-  if (me->n_ev == me->cap_ev &&
-      graft__grow((void **)&me->ev, &me->cap_ev, me->n_ev + 1, sizeof *me->ev))
-    return; /* a trace with holes beats failing the call */
-  me->ev[me->n_ev++] = (graft__trace_event){ts - c->t0, dur, node, (int32_t)tile, wid, victim};
+  graft__trace_add(&me->tr, (graft__trace_event){ts - c->t0, dur, node, (int32_t)tile, wid, victim});
 }
 
 static void fail(ctx *c, uint32_t i, graft_status st, const char *reason) {
@@ -396,11 +392,6 @@ static void worker_main(ctx *c, int wid) {
   if (is_hungry) atomic_fetch_sub_explicit(&c->s->hungry, 1, memory_order_relaxed);
 }
 
-static const char *node_name(const void *ctx, uint32_t node) {
-  const graft__graph *g = ctx;
-  return graft__ops[graft__graph_node(g, node)->op].name;
-}
-
 graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) {
   if (omp_in_parallel() || omp_get_level() > 0) return graft__exec_seq(p, msg);
   /* One worker would walk the plan in its order (order.c renumbered the
@@ -437,7 +428,7 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
     graft__deque_reset(&me->later);
     atomic_store_explicit(&me->done, 0, memory_order_relaxed);
     me->steals = 0;
-    me->n_ev = 0;
+    me->tr.n = 0;
     if (s->dirty) {
 #pragma omp for schedule(static) nowait
       for (int64_t i = 0; i < (int64_t)p->n_order; i++) {
@@ -457,7 +448,7 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
   }
   if (c.tracing)
     for (int i = 0; i < c.team; i++)
-      graft__chrome_write(rt->trace, p->g->name, s->w[i].ev, s->w[i].n_ev, node_name, p->g);
+      graft__exec_trace_write(rt, p, &s->w[i].tr);
   int64_t steals = 0;
   for (int i = 0; i < c.team; i++) steals += s->w[i].steals;
   p->stats.steals = steals;

@@ -180,12 +180,14 @@ static event *parse_trace(const char *text, int *n_events) {
 
 /* ---- cases -------------------------------------------------------------- */
 
-static void test_graft_runtime_create__trace_writes_chrome_json(void **state) {
-  (void)state;
+/* One call of the wide graph on a THREADS-thread runtime of sched traced
+ * through GRAFT_TRACE: the file is a JSON array with a slice per tile of the
+ * plan, on the tracks of the workers that ran them. */
+static void check_trace(const char *sched) {
   char path[64];
   temp_path(path, sizeof path, "trace");
   assert_int_equal(setenv("GRAFT_TRACE", path, 1), 0);
-  graft_runtime_opts o = opts_of(THREADS, "ws");
+  graft_runtime_opts o = opts_of(THREADS, sched);
   o.grain = 64; /* tiles too */
   graft_runtime *rt = NULL;
   graft_status st = graft_runtime_create(&o, &rt);
@@ -261,17 +263,25 @@ static void test_graft_runtime_create__trace_writes_chrome_json(void **state) {
                want_tiles[id]);
   assert_int_equal(slices, atomic_load(&tasks_run));
   assert_int_equal(named, 1);
-  assert_non_null(strstr(text, "graft runtime 1: ws x4"));
+  char label[64];
+  snprintf(label, sizeof label, "graft runtime 1: %s x%d", sched, THREADS);
+  assert_non_null(strstr(text, label));
   assert_true(saw_matmul);
   char want_name[32];
   snprintf(want_name, sizeof want_name, "\"matmul #%u\"", matmul_id);
   assert_non_null(strstr(text, want_name));
-  print_message("%d events, %d slices, worker mask %#x\n", n, slices, tid_mask);
+  print_message("%s: %d events, %d slices, worker mask %#x\n", sched, n, slices, tid_mask);
   /* A track for every worker that ran something, and for no other. */
   assert_int_equal(tid_mask, ran_mask);
   free(ev);
   free(text);
   unlink(path);
+}
+
+static void test_graft_runtime_create__trace_writes_chrome_json(void **state) {
+  (void)state;
+  check_trace("ws");
+  check_trace("omp"); /* the baseline's tasks, by the thread that ran each */
 }
 
 /* Two runtimes alive at once trace to one file, one through GRAFT_TRACE, one
