@@ -22,6 +22,10 @@
  *    DAGs, an MLP step and ops that change the dtype in place;
  *  - memory is reused: a 1000-op elementwise chain, 16 branches, graphs
  *    above the exact planner's size limit (chains, a stencil wavefront);
+ *  - the local planner's proofs are sound: on random DAGs, whatever the
+ *    bounded ancestor search (graft__anc_search / _before, _reaches) calls
+ *    an ancestor is one in the reference closure, and it finds every direct
+ *    predecessor;
  *  - the local planner and the checker's sweep (what plans above that limit
  *    get), forced onto small plans (graft__memplan_max_exact = 0): the
  *    checker and the reference accept every local plan of random DAGs,
@@ -44,6 +48,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "sched/memplan_int.h"
 #include "sched/sched.h"
 #include "testutil.h"
 #include "random_dag.h"
@@ -1370,6 +1375,71 @@ static void test_graft__memplan__stencil_above_exact_limit_reuses_memory(void **
   graft_tensor_destroy(x);
 }
 
+/* The bounded ancestor search against the reference closure: a proof
+ * (before, reaches) is never wrong; direct predecessors are always found;
+ * and the search does prove some farther ancestors, or it would check
+ * little. */
+static void test_graft__anc__proofs_are_sound(void **state) {
+  (void)state;
+  graft_runtime *rt = tu_runtime_of("seq", 1, GRAIN);
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 20, proved = 0, far = 0, queries = 0;
+  for (int64_t k = 0; k < seed_count(n); k++) {
+    uint64_t seed = seed_at(31001, k);
+    alt_case a;
+    alt_case_make(&a, k, seed);
+    graft_tensor *out[MAX_OUTS];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    graft_function *f = compile_case(rt, &a.c, out, &p, &ps, a.ctx);
+    refplan r;
+    char why[256];
+    if (p->n_order > REF_MAX_N || !ref_build(&r, p, why, sizeof why))
+      fail_msg("%s: %u values, or %s", a.ctx, p->n_order, why);
+    graft__anc anc;
+    assert_int_equal(graft__anc_init(&anc, p, GRAFT__ANC_CAP), GRAFT_OK);
+    tu_rng g = rng_from(seed, 0xa5c);
+    for (uint32_t w = 0; w < p->n_order; w++) {
+      const uint64_t *aw = r.anc + (int64_t)w * r.nw;
+      uint32_t cap = w % 2 ? GRAFT__ANC_CAP : GRAFT__ANC_NEAR;
+      graft__anc_search(&anc, w, cap);
+      for (uint32_t t = 0; t < p->n_order; t++) {
+        int before = graft__anc_before(&anc, t);
+        queries++;
+        if (before && !REF_BIT(aw, t))
+          fail_msg("%s: the search from #%u proves #%u an ancestor; it is not", a.ctx, p->order[w], p->order[t]);
+        proved += before;
+      }
+      for (uint32_t e = p->pred_off[w]; e < p->pred_off[w + 1]; e++)
+        if (!graft__anc_before(&anc, p->pred[e]))
+          fail_msg("%s: the search from #%u misses its predecessor #%u", a.ctx, p->order[w],
+                   p->order[p->pred[e]]);
+      /* reaches, for a few candidates; a found one farther than a
+       * predecessor counts as a far proof */
+      for (int q = 0; q < 8 && p->n_order; q++) {
+        uint32_t t = (uint32_t)tu_int(&g, 0, (int64_t)p->n_order - 1);
+        int yes = graft__anc_reaches(&anc, t, w, cap);
+        if (yes && !REF_BIT(aw, t))
+          fail_msg("%s: reaches(#%u, #%u) says yes; it is not an ancestor", a.ctx, p->order[t], p->order[w]);
+        if (yes) {
+          int direct = 0;
+          for (uint32_t e = p->pred_off[w]; e < p->pred_off[w + 1]; e++) direct |= p->pred[e] == t;
+          far += !direct;
+        }
+      }
+    }
+    graft__anc_free(&anc);
+    ref_free(&r);
+    tu_destroy_outs(out, a.c.n_out);
+    graft_function_destroy(f);
+    alt_case_free(&a);
+  }
+  graft_runtime_destroy(rt);
+  print_message("%lld queries, %lld proved ancestors, %lld proofs past a predecessor by reaches\n",
+                (long long)queries, (long long)proved, (long long)far);
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (!only || !*only) assert_true(proved > 0 && far > 0);
+}
+
 /* The local planner (and the checker's sweep) on small plans: forced by
  * graft__memplan_max_exact = 0.  Every plan passes both checkers and runs
  * bitwise equal to naive allocation at 1, 2 and 8 threads; in all, memory
@@ -1890,6 +1960,7 @@ int main(void) {
       cmocka_unit_test(test_graft__memplan__above_exact_limit_stays_correct),
       cmocka_unit_test(test_graft__plan_check__long_chain_above_exact_limit),
       cmocka_unit_test(test_graft__memplan__stencil_above_exact_limit_reuses_memory),
+      cmocka_unit_test(test_graft__anc__proofs_are_sound),
       cmocka_unit_test_teardown(test_graft__memplan__local_planner_on_random_dags, restore_knobs),
       cmocka_unit_test(test_graft_function_call__arena_allocated_once_per_plan),
       cmocka_unit_test(test_graft__memplan__bound_is_max_weight_antichain),
