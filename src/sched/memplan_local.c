@@ -147,12 +147,15 @@ graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mb
                                   const uint32_t *bid, int64_t *arena) {
   uint32_t n = p->n_order, nb1 = nb ? nb : 1;
   graft_status st = GRAFT_ENOMEM;
-  /* touches of each buffer (t_off/touch), buffers by last touch (r_off/rel),
-   * slots (size, occupant), and each buffer's slot */
+  /* Touches of each buffer (t_off/touch), candidates by key position
+   * (r_off/rel/r_lo); slots: bytes, occupant, root slot and offset in it
+   * (s_size, s_occ, s_root, s_off), at most one per buffer plus one per
+   * split; roots' extents and offsets in the arena (s_ext, s_base); per
+   * buffer: the slot its bytes come free in (b_slot) and the one it was
+   * placed in (b_place). */
   uint32_t *t_off = graft__calloc((size_t)nb + 2, sizeof *t_off);
   uint32_t *r_off = graft__calloc((size_t)n + 2, sizeof *r_off);
   uint32_t *r_lo = graft__malloc(((size_t)n + 1) * sizeof *r_lo), *rel = NULL;
-  /* slots: at most one per buffer, plus one per split */
   int64_t *s_size = graft__malloc(2 * nb1 * sizeof *s_size), *s_off = graft__malloc(2 * nb1 * sizeof *s_off);
   uint32_t *s_occ = graft__malloc(2 * nb1 * sizeof *s_occ), *b_slot = graft__malloc(nb1 * sizeof *b_slot);
   uint32_t *b_place = graft__malloc(nb1 * sizeof *b_place);
