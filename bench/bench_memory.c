@@ -455,7 +455,7 @@ static void print_row(const options *opt, const row *r) {
            ratio(s->arena_bytes, s->bound_bytes), r->planner_us, per_node, r->reps);
     return;
   }
-  /* Without the exact planner there is no bound beyond LOAD: "-". */
+  /* Without the exact planner the bound is weak (LOAD or one level): "-". */
   char bound[32] = "-", over[32] = "-";
   if (s->planner_exact) {
     snprintf(bound, sizeof bound, "%.3f", bench_mib(s->bound_bytes));
@@ -478,8 +478,8 @@ static void print_header(const bench_info *info, const options *opt, const char 
          "# mlp_train_step adds graft_gradients of the 6 variables and the SGD update\n");
   printf("# MiB = 2^20 bytes; arena/load and arena/bound: 1 = the planner meets the bound;\n"
          "# bound '-': a plan above the exact planner's 16,384 values (planned by the local\n"
-         "# planner; its stats bound is only LOAD); planner_us_per_node: median planner\n"
-         "# time / live nodes\n");
+         "# planner; its stats bound is only the larger of LOAD and the heaviest topological\n"
+         "# level); planner_us_per_node: median planner time / live nodes\n");
   printf("# %-14s %6s %10s %9s %9s %9s %10s %11s %19s\n", "graph", "nodes", "naive_MiB", "load_MiB",
          "bound_MiB", "arena_MiB", "arena/load", "arena/bound", "planner_us_per_node");
 }

@@ -73,7 +73,10 @@ typedef struct graft_plan_stats {
   int64_t bound_bytes;    /* parallel-safe lower bound: the most bytes of
                              pairwise conflicting buffers (values that may
                              all be live at once in some schedule), exact
-                             by max flow below a work cap */
+                             by max flow below a work cap; above 16384
+                             compute nodes only the larger of load_bytes
+                             and the buffers first written on one
+                             topological level */
   int64_t inplace;        /* values written over an input (in place) */
   int64_t parts;          /* partition parts holding work */
   int64_t cut_bytes;      /* bytes of values read in another part than written */

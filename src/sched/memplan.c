@@ -407,6 +407,23 @@ out:
 static int64_t antichain_bound(const mp *m, int *done);
 static void bound_stats(mp *m, int64_t flow, int flow_done);
 
+/* Without the bitsets: buffers first written on one topological level are
+ * pairwise unordered (x before y needs x's first writer to be an ancestor
+ * of y's, on a lower level), so they conflict, and the heaviest level is
+ * an antichain: a lower bound for any parallel-safe arena.  -1 if out of
+ * memory. */
+static int64_t level_bound(const mp *m) {
+  int64_t *sum = graft__calloc((size_t)m->n + 1, sizeof *sum), best = 0;
+  if (!sum) return -1;
+  for (uint32_t b = 0; b < m->nb; b++) {
+    int64_t *s = &sum[m->anc.level[m->buf[b].w0]];
+    *s += m->buf[b].size;
+    best = GRAFT__MAX(best, *s);
+  }
+  graft__free(sum);
+  return best;
+}
+
 graft_status graft__memplan(graft__plan *p) {
   double t0 = graft__now_us();
   mp m;
@@ -494,6 +511,7 @@ graft_status graft__memplan(graft__plan *p) {
   p->arena_bytes = (size_t)arena;
   p->stats.inplace = inplace;
   p->stats.planner_exact = exact;
+  if (!exact) flow = level_bound(&m);
   bound_stats(&m, flow, flow_done);
   p->stats.planner_us = graft__now_us() - t0;
   st = GRAFT_OK;

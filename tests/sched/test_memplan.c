@@ -1347,10 +1347,13 @@ static void test_graft__memplan__stencil_above_exact_limit_reuses_memory(void **
     assert_plan_ok(p, &ps, "stencil");
     int64_t slot = graft__slot_bytes(16, p->pack_small);
     print_message("stencil %dx%d, ws x%d: %u values, arena %lld (%.1f values), naive %lld, load %lld, "
-                  "%lld in place, planner %.0f us\n",
+                  "bound %lld, %lld in place, planner %.0f us\n",
                   STENCIL_G, STENCIL_G, THREADS[k], p->n_order, (long long)ps.arena_bytes,
                   (double)ps.arena_bytes / (double)slot, (long long)ps.naive_bytes,
-                  (long long)ps.load_bytes, (long long)ps.inplace, ps.planner_us);
+                  (long long)ps.load_bytes, (long long)ps.bound_bytes, (long long)ps.inplace, ps.planner_us);
+    /* The bound without bitsets: the adds of the longest anti-diagonal (one
+     * topological level) may all be live at once. */
+    assert_true(ps.bound_bytes >= STENCIL_G * slot);
     /* every tanh over its add (an add's inputs have another reader on the
      * same anti-diagonal, so the adds take new slots) */
     assert_true(ps.inplace >= STENCIL_G * STENCIL_G);
@@ -1449,7 +1452,7 @@ static void test_graft__memplan__local_planner_on_random_dags(void **state) {
   graft_runtime *rts[COUNT(THREADS)];
   for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
   graft_runtime *seq = tu_runtime_of("seq", 1, GRAIN);
-  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 10;
+  int64_t n = tu_env_count("GRAFT_TEST_PLANS", DEFAULT_PLANS) / 10, levels_above_load = 0;
   totals local = {0};
   for (int64_t k = 0; k < seed_count(n); k++) {
     uint64_t seed = seed_at(21001, k);
@@ -1459,22 +1462,35 @@ static void test_graft__memplan__local_planner_on_random_dags(void **state) {
     graft_tensor *out[MAX_OUTS];
     const graft__plan *p;
     graft_plan_stats ps;
-    graft_function *f = compile_case(k % 2 ? seq : rts[1], &a.c, out, &p, &ps, a.ctx);
+    graft_runtime *rt = k % 2 ? seq : rts[1];
+    graft_function *f = compile_case(rt, &a.c, out, &p, &ps, a.ctx);
     assert_plan_ok(p, &ps, a.ctx);
     totals_add(&local, p, &ps);
     tu_destroy_outs(out, a.c.n_out);
     graft_function_destroy(f);
     if (k % 2 == 0) assert_equal_to_naive(rts, &a.c, a.ctx);
     graft__memplan_max_exact = EXACT_LIMIT;
+    /* Its bound (LOAD or one topological level) is an antichain too: never
+     * above the exact planner's maximum one. */
+    graft_plan_stats exact;
+    f = compile_case(rt, &a.c, out, &p, &exact, a.ctx);
+    if (ps.bound_bytes > exact.bound_bytes)
+      fail_msg("%s: the local plan's bound %lld exceeds the maximum antichain %lld", a.ctx,
+               (long long)ps.bound_bytes, (long long)exact.bound_bytes);
+    levels_above_load += ps.bound_bytes > ps.load_bytes;
+    tu_destroy_outs(out, a.c.n_out);
+    graft_function_destroy(f);
     alt_case_free(&a);
   }
   for (size_t k = 0; k < COUNT(THREADS); k++) graft_runtime_destroy(rts[k]);
   graft_runtime_destroy(seq);
   totals_print("local planner", &local);
+  print_message("%lld plans whose level bound beats LOAD\n", (long long)levels_above_load);
   const char *only = getenv("GRAFT_TEST_SEED");
   if (!only || !*only) {
     assert_true(local.inplace > 0);
     assert_true(local.arena < local.naive);
+    assert_true(levels_above_load > 0);
   }
 }
 
