@@ -350,8 +350,9 @@ static void order_by(placer *pl, keyed *tmp) {
   for (uint32_t k = 0; k < nb; k++) pl->order[k] = tmp[k].k;
 }
 
-/* Offsets for every buffer into m->buf[].off; the arena size in *arena. */
-static graft_status place(mp *m, int64_t *arena) {
+/* Offsets for every buffer into m->buf[].off; the arena size in *arena;
+ * lower: a lower bound on any arena. */
+static graft_status place(mp *m, int64_t *arena, int64_t lower) {
   uint32_t nb = m->nb;
   placer pl = {m, NULL, NULL, NULL, NULL, NULL};
   size_t n1 = nb ? nb : 1;
@@ -365,8 +366,11 @@ static graft_status place(mp *m, int64_t *arena) {
   if (!pl.order || !pl.off || !pl.lo || !pl.hi || !pl.id || !tmp) goto out;
   int64_t best = INT64_MAX, scans = 0, per_pass = (int64_t)nb * nb / 2;
   /* First fit in every tie order, then best fit; a quarter of the budget
-   * is left to compaction. */
-  for (int pass = 0; pass < 2 * TIE_COUNT && (!pass || scans + per_pass <= PLACE_BUDGET / 4 * 3); pass++) {
+   * is left to compaction.  An arena at the lower bound (LOAD, the flow's
+   * antichain) ends the search: nothing can beat it. */
+  for (int pass = 0; pass < 2 * TIE_COUNT && best > lower &&
+                     (!pass || scans + per_pass <= PLACE_BUDGET / 4 * 3);
+       pass++) {
     int tie = pass % TIE_COUNT;
     for (uint32_t k = 0; k < nb; k++) tmp[k] = (keyed){-m->buf[k].size, tie_key(m, tie, k), k};
     order_by(&pl, tmp);
@@ -380,7 +384,7 @@ static graft_status place(mp *m, int64_t *arena) {
   /* Compaction: first fit in the order of the kept offsets moves no buffer
    * up (the conflicting ones placed before it sit no higher than they did,
    * so its old bytes are still free); stop when nothing moves. */
-  for (int round = 0; round < COMPACT_ROUNDS && scans + per_pass <= PLACE_BUDGET; round++) {
+  for (int round = 0; round < COMPACT_ROUNDS && best > lower && scans + per_pass <= PLACE_BUDGET; round++) {
     for (uint32_t k = 0; k < nb; k++) tmp[k] = (keyed){m->buf[k].off, 0, k};
     order_by(&pl, tmp);
     best = place_pass(&pl, 0);
@@ -406,6 +410,29 @@ out:
 
 static int64_t antichain_bound(const mp *m, int *done);
 static void bound_stats(mp *m, int64_t flow, int flow_done);
+
+/* LOAD: the most bytes live at once along the compile order, a buffer live
+ * from its first writer to its last touch (the end for sinks); where (an
+ * order position) in *at.  -1 if out of memory. */
+static int64_t live_peak(const mp *m, int64_t *at) {
+  int64_t *delta = graft__calloc((size_t)m->n + 2, sizeof *delta);
+  if (!delta) return -1;
+  for (uint32_t b = 0; b < m->nb; b++) {
+    delta[m->buf[b].w0] += m->buf[b].size;
+    delta[m->buf[b].last + 1] -= m->buf[b].size;
+  }
+  int64_t peak = 0, cur = 0;
+  *at = 0;
+  for (uint32_t i = 0; i <= m->n; i++) {
+    cur += delta[i];
+    if (cur > peak) {
+      peak = cur;
+      *at = i;
+    }
+  }
+  graft__free(delta);
+  return peak;
+}
 
 /* Without the bitsets: buffers first written on one topological level are
  * pairwise unordered (x before y needs x's first writer to be an ancestor
@@ -494,7 +521,9 @@ graft_status graft__memplan(graft__plan *p) {
 
   int64_t arena = 0;
   if (exact && !graft__memplan_naive) {
-    if (place(&m, &arena)) goto out;
+    /* (placement stops once an arena meets a lower bound) */
+    int64_t at, load = live_peak(&m, &at);
+    if (load < 0 || place(&m, &arena, GRAFT__MAX(load, flow))) goto out;
   } else if (!graft__memplan_naive) {
     if (graft__memplan_local(p, &m.anc, m.buf, nb, bid, &arena)) goto out;
   } else {
@@ -769,25 +798,10 @@ static void bound_stats(mp *m, int64_t flow, int flow_done) {
   int64_t naive = 0;
   for (uint32_t i = 0; i < n; i++) naive += graft__slot_bytes(value_bytes(p, i), p->pack_small);
   p->stats.naive_bytes = naive;
-  /* Live range of a buffer in the compile order: [first writer, last
-   * touch], the end of the order for sinks. */
-  int64_t *delta = graft__calloc((size_t)n + 2, sizeof *delta);
   uint32_t *members = NULL;
   keyed *tmp = NULL;
-  if (!delta) goto out;
-  for (uint32_t b = 0; b < nb; b++) {
-    delta[buf[b].w0] += buf[b].size;
-    delta[buf[b].last + 1] -= buf[b].size;
-  }
-  /* Sweep: +size at the first writer, -size after the last touch. */
-  int64_t peak = 0, peak_at = 0, cur = 0;
-  for (uint32_t i = 0; i <= n; i++) {
-    cur += delta[i];
-    if (cur > peak) {
-      peak = cur;
-      peak_at = i;
-    }
-  }
+  int64_t peak_at, peak = live_peak(m, &peak_at);
+  if (peak < 0) goto out;
   p->stats.load_bytes = peak;
   p->stats.bound_bytes = GRAFT__MAX(peak, flow);
   if (!m->conf || flow_done) goto out;
@@ -814,7 +828,6 @@ static void bound_stats(mp *m, int64_t flow, int flow_done) {
   }
   p->stats.bound_bytes = GRAFT__MAX(p->stats.bound_bytes, bound);
 out:
-  graft__free(delta);
   graft__free(members);
   graft__free(tmp);
 }
