@@ -13,9 +13,11 @@
  *    "before" is a strict partial order; two buffers conflict when neither
  *    is before the other.  Buffers are numbered by first writer, a linear
  *    extension of "before", and the conflicts kept as a bit matrix.
- * 4. Placement: first fit over the already placed buffers a buffer
- *    conflicts with, largest first, in a few tie orders (then best fit, as
- *    time allows); the smallest arena wins and is then compacted.
+ * 4. Placement: the local planner's plan (memplan_local.c) first; unless
+ *    it meets the bound (5.), first fit over the already placed buffers a
+ *    buffer conflicts with, largest first, in a few tie orders (then best
+ *    fit, as time allows), stopping at the bound; the smallest arena wins
+ *    and is then compacted.
  * 5. Stats: LOAD, and the bound: the largest total size of pairwise
  *    conflicting buffers, a maximum-weight antichain of "before", exact by a
  *    max flow (antichain_bound).
@@ -460,6 +462,7 @@ graft_status graft__memplan(graft__plan *p) {
   uint32_t n = m.n;
   graft_status st = GRAFT_ENOMEM;
   uint32_t *bid = NULL;
+  int64_t *local_off = NULL; /* the local planner's offsets, while placement tries */
   m.root = graft__malloc((n ? n : 1) * sizeof *m.root);
   m.sink = graft__calloc(n ? n : 1, 1);
   bid = graft__malloc((n ? n : 1) * sizeof *bid);
@@ -517,13 +520,32 @@ graft_status graft__memplan(graft__plan *p) {
   if (exact) {
     if (conflict_matrix(&m, bid)) goto out;
     flow = antichain_bound(&m, &flow_done);
+  } else {
+    flow = level_bound(&m);
   }
+  /* The stats, the bound among them, before placement: it stops there. */
+  bound_stats(&m, flow, flow_done);
 
   int64_t arena = 0;
   if (exact && !graft__memplan_naive) {
-    /* (placement stops once an arena meets a lower bound) */
-    int64_t at, load = live_peak(&m, &at);
-    if (load < 0 || place(&m, &arena, GRAFT__MAX(load, flow))) goto out;
+    /* The local planner first (it costs little): where it meets the lower
+     * bound, as on chains, fan-outs and trees, placement has nothing to
+     * add; else placement runs (stopping once it meets the bound) and the
+     * smaller arena wins. */
+    int64_t lower = p->stats.bound_bytes, local = 0;
+    if (graft__anc_init(&m.anc, p, GRAFT__ANC_CAP) || graft__memplan_local(p, &m.anc, m.buf, nb, bid, &local))
+      goto out;
+    arena = local;
+    if (local > lower) {
+      local_off = graft__malloc((nb ? nb : 1) * sizeof *local_off);
+      if (!local_off) goto out;
+      for (uint32_t k = 0; k < nb; k++) local_off[k] = m.buf[k].off;
+      if (place(&m, &arena, lower)) goto out;
+      if (local < arena) {
+        for (uint32_t k = 0; k < nb; k++) m.buf[k].off = local_off[k];
+        arena = local;
+      }
+    }
   } else if (!graft__memplan_naive) {
     if (graft__memplan_local(p, &m.anc, m.buf, nb, bid, &arena)) goto out;
   } else {
@@ -540,8 +562,6 @@ graft_status graft__memplan(graft__plan *p) {
   p->arena_bytes = (size_t)arena;
   p->stats.inplace = inplace;
   p->stats.planner_exact = exact;
-  if (!exact) flow = level_bound(&m);
-  bound_stats(&m, flow, flow_done);
   p->stats.planner_us = graft__now_us() - t0;
   st = GRAFT_OK;
 out:
@@ -551,6 +571,7 @@ out:
   graft__free(m.conf);
   graft__free(m.root);
   graft__free(m.sink);
+  graft__free(local_off);
   graft__anc_free(&m.anc);
   return st;
 }
