@@ -161,40 +161,89 @@ static int by_assign(const void *a, const void *b) {
   return x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
+/* (variable, order position or index) pairs, sorted by variable then the
+ * second field: the readers of each variable, the assigns to it, the
+ * variables read as outputs. */
+typedef struct var_at {
+  uintptr_t var;
+  uint32_t at;
+} var_at;
+
+static int by_var_at(const void *a, const void *b) {
+  const var_at *x = a, *y = b;
+  if (x->var != y->var) return x->var < y->var ? -1 : 1;
+  return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The first entry for var in the sorted list (or len). */
+static uint32_t var_first(const var_at *l, uint32_t len, uintptr_t var) {
+  uint32_t lo = 0, hi = len;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (l[mid].var < var) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Walks of the graph (node visits) the search for direct assigns may make
+ * in all; past them the remaining assigns stay staged. */
+#define DIRECT_ASSIGN_WORK 50000000
+
 /* Assigns that may write straight into their variable (see sched.h), and
  * the ordering edges that make it safe.  Needs the successor lists of a
- * first link.  Each candidate costs a walk of the graph, so very large
- * plans with many assigns keep them all staged. */
+ * first link.  Each candidate walks its descendants (an update at the end
+ * of a training step has none), within DIRECT_ASSIGN_WORK in all. */
 static graft_status find_direct_assigns(graft__plan *p) {
   const graft__graph *g = p->g;
   uint32_t n = p->n_order, na = p->n_assigns;
   p->assign_direct = graft__calloc(na ? na : 1, 1);
   if (!p->assign_direct) return GRAFT_ENOMEM;
-  if (!na || (uint64_t)na * ((uint64_t)n + p->succ_off[n]) > 50000000u) return GRAFT_OK;
+  if (!na) return GRAFT_OK;
   uint32_t *pos = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
   uint32_t *mark = graft__calloc(n ? n : 1, sizeof *mark);
   uint32_t *stack = graft__malloc((n ? n : 1) * sizeof *stack);
   /* Edges accepted so far, from each reader: later candidates must not
    * close a cycle through them (two assigns swapping two variables). */
   uint32_t *whead = graft__malloc((n ? n : 1) * sizeof *whead), *wlink = NULL;
+  var_at *readers = NULL, *assigned = graft__malloc((size_t)na * sizeof *assigned), *outs = NULL;
+  uint32_t n_readers = 0, n_outs = 0;
   graft_status st = GRAFT_ENOMEM;
-  if (!pos || !mark || !stack || !whead) goto out;
+  if (!pos || !mark || !stack || !whead || !assigned) goto out;
   for (uint32_t id = 0; id < g->n_nodes; id++) pos[id] = UINT32_MAX;
+  int64_t n_reads = 0;
   for (uint32_t i = 0; i < n; i++) {
     pos[p->order[i]] = i;
     whead[i] = UINT32_MAX;
+    n_reads += graft__graph_node(g, p->order[i])->n_in;
   }
-  int64_t cap = 0, lcap = 0;
-  for (uint32_t k = 0; k < na; k++) {
-    uint32_t a = p->assigns[k];
-    const graft_variable *v = graft__graph_node(g, a)->attr.var.var;
-    int ok = pos[a] != UINT32_MAX;
-    for (uint32_t j = 0; j < na && ok; j++)
-      ok = j == k || graft__graph_node(g, p->assigns[j])->attr.var.var != v;
-    for (int j = 0; j < g->n_outputs && ok; j++) {
-      const graft__node *o = graft__graph_node(g, g->outputs[j]);
-      ok = !(o->op == GRAFT__OP_VAR_READ && o->attr.var.var == v);
+  readers = graft__malloc((size_t)(n_reads ? n_reads : 1) * sizeof *readers);
+  outs = graft__malloc((size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *outs);
+  if (!readers || !outs) goto out;
+  for (uint32_t i = 0; i < n; i++) {
+    const graft__node *c = graft__graph_node(g, p->order[i]);
+    for (int j = 0; j < c->n_in; j++) {
+      const graft__node *r = graft__graph_node(g, c->in[j]);
+      if (r->op == GRAFT__OP_VAR_READ) readers[n_readers++] = (var_at){(uintptr_t)r->attr.var.var, i};
     }
+  }
+  for (uint32_t k = 0; k < na; k++)
+    assigned[k] = (var_at){(uintptr_t)graft__graph_node(g, p->assigns[k])->attr.var.var, k};
+  for (int j = 0; j < g->n_outputs; j++) {
+    const graft__node *o = graft__graph_node(g, g->outputs[j]);
+    if (o->op == GRAFT__OP_VAR_READ) outs[n_outs++] = (var_at){(uintptr_t)o->attr.var.var, 0};
+  }
+  qsort(readers, n_readers, sizeof *readers, by_var_at);
+  qsort(assigned, na, sizeof *assigned, by_var_at);
+  qsort(outs, n_outs, sizeof *outs, by_var_at);
+  int64_t cap = 0, lcap = 0, work = 0;
+  for (uint32_t k = 0; k < na && work <= DIRECT_ASSIGN_WORK; k++) {
+    uint32_t a = p->assigns[k];
+    uintptr_t v = (uintptr_t)graft__graph_node(g, a)->attr.var.var;
+    /* its variable's only assign, and no output reads the variable */
+    uint32_t f = var_first(assigned, na, v), o = var_first(outs, n_outs, v);
+    int ok = pos[a] != UINT32_MAX && !(f + 1 < na && assigned[f + 1].var == v) &&
+             !(o < n_outs && outs[o].var == v);
     if (!ok) continue;
     /* Descendants of the assign (mark == k + 1) must not read the old value. */
     uint32_t top = 0;
@@ -202,6 +251,7 @@ static graft_status find_direct_assigns(graft__plan *p) {
     mark[pos[a]] = k + 1;
     while (top) {
       uint32_t u = stack[--top];
+      work++;
       for (uint32_t e = p->succ_off[u]; e < p->succ_off[u + 1]; e++)
         if (mark[p->succ[e]] != k + 1) {
           mark[p->succ[e]] = k + 1;
@@ -216,19 +266,15 @@ static graft_status find_direct_assigns(graft__plan *p) {
       }
     }
     int64_t first = p->n_war;
-    for (uint32_t i = 0; i < n && ok; i++) {
-      const graft__node *c = graft__graph_node(g, p->order[i]);
-      for (int j = 0; j < c->n_in && ok; j++) {
-        const graft__node *r = graft__graph_node(g, c->in[j]);
-        if (r->op != GRAFT__OP_VAR_READ || r->attr.var.var != v || i == pos[a]) continue;
-        ok = mark[i] != k + 1;
-        if (ok) {
-          if (graft__grow((void **)&p->war, &cap, 2 * ((int64_t)p->n_war + 1), sizeof *p->war))
-            goto out;
-          p->war[2 * p->n_war] = p->order[i];
-          p->war[2 * p->n_war + 1] = a;
-          p->n_war++;
-        }
+    for (uint32_t r = var_first(readers, n_readers, v); r < n_readers && readers[r].var == v && ok; r++) {
+      uint32_t i = readers[r].at;
+      if (i == pos[a]) continue;
+      ok = mark[i] != k + 1;
+      if (ok) {
+        if (graft__grow((void **)&p->war, &cap, 2 * ((int64_t)p->n_war + 1), sizeof *p->war)) goto out;
+        p->war[2 * p->n_war] = p->order[i];
+        p->war[2 * p->n_war + 1] = a;
+        p->n_war++;
       }
     }
     if (!ok) {
@@ -263,6 +309,9 @@ out:
   graft__free(stack);
   graft__free(whead);
   graft__free(wlink);
+  graft__free(readers);
+  graft__free(assigned);
+  graft__free(outs);
   if (st == GRAFT_OK && p->n_war) {
     /* Link again with the new edges: they may point backwards in the
      * trace's order, and reorder's walk must see them. */

@@ -713,6 +713,76 @@ static void test_graft_assign__direct_sgd_steps_bitwise_equal_across_threads(voi
   graft_tensor_destroy(b0);
 }
 
+/* Many variables, each read (out = sum_k v_k * x) and then updated (v_k -=
+ * 0.5 * x): 2,500 assigns over ~17,500 nodes, past the size where the
+ * search for direct assigns used to give up (it scanned every node per
+ * assign).  Every assign is direct, the output sees the old values and
+ * the variables the new ones, at 1, 2 and 8 work-stealing threads. */
+enum { MANY_VARS = 2500 };
+
+static graft_status many_vars_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                 graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  graft_variable **vs = user;
+  graft_value *acc = NULL;
+  for (int k = 0; k < MANY_VARS; k++) {
+    graft_value *m = graft_mul(t, graft_read(t, vs[k]), in[0]);
+    acc = acc ? graft_add(t, acc, m) : m;
+  }
+  for (int k = 0; k < MANY_VARS; k++)
+    graft_assign_sub(t, vs[k], graft_mul(t, graft_scalar(t, GRAFT_F64, 0.5), in[0]));
+  out[0] = acc;
+  return GRAFT_OK;
+}
+
+static void test_graft_assign__many_variables_all_direct(void **state) {
+  (void)state;
+  const int64_t sh[] = {4};
+  const double x0[4] = {1, -2, 0.5, 3};
+  graft_tensor *x = NULL;
+  assert_int_equal(graft_tensor_create(GRAFT_F64, 1, sh, &x), GRAFT_OK);
+  memcpy(graft_tensor_data(x), x0, sizeof x0);
+  graft_variable **vs = calloc(MANY_VARS, sizeof *vs);
+  assert_non_null(vs);
+  static const int threads[] = {1, 2, 8};
+  for (size_t c = 0; c < TU_N_OF(threads); c++) {
+    for (int k = 0; k < MANY_VARS; k++) {
+      double init[4] = {k % 7, -(k % 5), 0.25 * (k % 3), 1};
+      char name[16];
+      snprintf(name, sizeof name, "v%d", k);
+      vs[k] = make_var(name, GRAFT_F64, 1, sh, init);
+    }
+    graft_runtime *rt = runtime_ws(threads[c]);
+    graft_function *f = tu_function(rt, "many_vars", many_vars_cb, vs, 1, 1, NULL);
+    for (int step = 0; step < 2; step++) {
+      graft_tensor *out[1] = {NULL};
+      tu_assert_call_ok(f, 1, &x, 1, out);
+      /* the output from the values before this step's update */
+      for (int e = 0; e < 4; e++) {
+        double want = 0;
+        for (int k = 0; k < MANY_VARS; k++) {
+          double v0[4] = {k % 7, -(k % 5), 0.25 * (k % 3), 1};
+          want += (v0[e] - 0.5 * x0[e] * step) * x0[e];
+        }
+        if (fabs(tu_get(out[0], e) - want) > 1e-9 * (1 + fabs(want)))
+          fail_msg("ws x%d step %d: out[%d] = %.17g, want %.17g", threads[c], step, e, tu_get(out[0], e), want);
+      }
+      tu_destroy_outs(out, 1);
+    }
+    assert_int_equal(direct_assigns(f), MANY_VARS);
+    for (int k = 0; k < MANY_VARS; k += 97) {
+      const double *v = graft_tensor_data(graft_variable_value(vs[k]));
+      double v0[4] = {k % 7, -(k % 5), 0.25 * (k % 3), 1};
+      for (int e = 0; e < 4; e++) assert_true(v[e] == v0[e] - 0.5 * x0[e] - 0.5 * x0[e]);
+    }
+    graft_function_destroy(f);
+    graft_runtime_destroy(rt);
+    for (int k = 0; k < MANY_VARS; k++) graft_variable_destroy(vs[k]);
+  }
+  free(vs);
+  graft_tensor_destroy(x);
+}
+
 /* ---- SGD updates as one mul_add pass ----------------------------------- */
 
 /* Live nodes of op (its DOT name) in f's last traced graph. */
@@ -886,6 +956,7 @@ int main(void) {
       cmocka_unit_test(test_graft_read__read_is_output_before_assign),
       cmocka_unit_test(test_graft_assign__seen_by_another_function),
       cmocka_unit_test(test_graft_assign__direct_sgd_steps_bitwise_equal_across_threads),
+      cmocka_unit_test(test_graft_assign__many_variables_all_direct),
       cmocka_unit_test(test_graft_assign__old_value_read_after_assign_is_staged),
       cmocka_unit_test(test_graft_assign__variable_memory_passed_as_input),
   };
