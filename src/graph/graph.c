@@ -24,6 +24,7 @@ void graft__graph_destroy(graft__graph *g) {
   graft__free(g->chunks);
   for (int64_t i = 0; i < g->n_vars; i++) graft__variable_unref(g->vars[i]);
   graft__free(g->vars);
+  graft__ptrmap_free(&g->var_set);
   graft__arena_free(&g->arena);
   graft__free(g->syms);
   graft__free(g->inputs);
@@ -67,9 +68,9 @@ int64_t graft__graph_new_sym(graft__graph *g, int input, int dim) {
 }
 
 graft_status graft__graph_ref_var(graft__graph *g, graft_variable *v) {
-  for (int64_t i = 0; i < g->n_vars; i++)
-    if (g->vars[i] == v) return GRAFT_OK;
-  if (graft__grow((void **)&g->vars, &g->cap_vars, g->n_vars + 1, sizeof *g->vars))
+  if (graft__ptrmap_get(&g->var_set, v)) return GRAFT_OK;
+  if (graft__grow((void **)&g->vars, &g->cap_vars, g->n_vars + 1, sizeof *g->vars) ||
+      graft__ptrmap_put(&g->var_set, v, (uint32_t)g->n_vars))
     return GRAFT_ENOMEM;
   graft__variable_ref(v);
   g->vars[g->n_vars++] = v;

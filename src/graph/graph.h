@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "common/common.h"
+#include "common/ptrmap.h"
 #include "graft/grad.h"
 #include "graft/module.h"
 #include "graft/ops.h"
@@ -89,6 +90,7 @@ typedef struct graft__graph {
   int n_outputs;
   graft_variable **vars;       /* variables referenced (one reference each) */
   int64_t n_vars, cap_vars;
+  graft__ptrmap var_set;       /* ... the same, for lookup */
   char *name;
 } graft__graph;
 
@@ -177,10 +179,8 @@ struct graft_trace {
   graft_status status;
   char msg[GRAFT__MSG_LEN];
   graft_value poison;
-  /* current value of each assigned variable in this trace */
-  graft_variable **cur_var;
-  uint32_t *cur_val;
-  int64_t n_cur, cap_cur;
+  /* current value (node id) of each assigned variable in this trace */
+  graft__ptrmap cur;
   uint8_t role;    /* role of the nodes being emitted */
 };
 

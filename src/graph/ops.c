@@ -448,25 +448,12 @@ GRAFT_API graft_value *graft_softmax_cross_entropy(graft_trace *t, graft_value *
 
 /* The value v has in this trace so far, or UINT32_MAX. */
 static uint32_t current(const graft_trace *t, const graft_variable *v) {
-  for (int64_t i = 0; i < t->n_cur; i++)
-    if (t->cur_var[i] == v) return t->cur_val[i];
-  return GRAFT__POISON_ID;
+  const uint32_t *id = graft__ptrmap_get(&t->cur, v);
+  return id ? *id : GRAFT__POISON_ID;
 }
 
 static graft_status set_current(graft_trace *t, graft_variable *v, uint32_t id) {
-  for (int64_t i = 0; i < t->n_cur; i++)
-    if (t->cur_var[i] == v) {
-      t->cur_val[i] = id;
-      return GRAFT_OK;
-    }
-  int64_t cap = t->cap_cur;
-  if (graft__grow((void **)&t->cur_var, &cap, t->n_cur + 1, sizeof *t->cur_var)) return GRAFT_ENOMEM;
-  cap = t->cap_cur;
-  if (graft__grow((void **)&t->cur_val, &cap, t->n_cur + 1, sizeof *t->cur_val)) return GRAFT_ENOMEM;
-  t->cap_cur = cap;
-  t->cur_var[t->n_cur] = v;
-  t->cur_val[t->n_cur++] = id;
-  return GRAFT_OK;
+  return graft__ptrmap_put(&t->cur, v, id);
 }
 
 static graft_value *var_check(graft_trace *t, int op, graft_variable *v) {

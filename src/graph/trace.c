@@ -12,11 +12,7 @@ void graft__trace_begin(graft_trace *t, graft__graph *g) {
 }
 
 void graft__trace_end(graft_trace *t) {
-  graft__free(t->cur_var);
-  graft__free(t->cur_val);
-  t->cur_var = NULL;
-  t->cur_val = NULL;
-  t->n_cur = t->cap_cur = 0;
+  graft__ptrmap_free(&t->cur);
 }
 
 void graft__trace_failf(graft_trace *t, graft_status s, const char *fmt, ...) {
