@@ -5,6 +5,7 @@
  * with one, a single trace (symbolic dims) serves every matching input.  In
  * both cases plans are keyed by the concrete signature and kept in an LRU of
  * cache_capacity entries; evicting a trace evicts its plans. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched/sched.h"
@@ -338,13 +339,65 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
 
 /* ---- one call ---------------------------------------------------------- */
 
-static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
-  const char *x = a, *y = b;
-  return na && nb && x < y + nb && y < x + na;
-}
-
 static size_t tensor_bytes(const graft_tensor *t) {
   return (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t));
+}
+
+/* The memory of a call's tensors: inputs, output destinations, variables. */
+enum { SET_IN, SET_OUT, SET_VAR, N_SETS };
+
+typedef struct range {
+  uintptr_t lo, hi;
+  uint32_t idx;
+  int set;
+} range;
+
+static int by_range(const void *a, const void *b) {
+  const range *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* hit[SET_OUT][i] and hit[SET_VAR][k]: bit s set when output destination i
+ * (variable k's tensor) shares bytes with a tensor of set s, another set.
+ * A sort and two sweeps (the largest end of each set before a range, the
+ * smallest start after it), not a test of every pair: a call with
+ * thousands of outputs and variables stays cheap. */
+static graft_status clashes(const graft__graph *g, int n_in, graft_tensor *const *in, int n_out,
+                            graft_tensor *const *dst, uint8_t *out_hit, uint8_t *var_hit) {
+  int64_t n = (int64_t)n_in + n_out + g->n_vars, m = 0;
+  range *r = graft__malloc((size_t)(n ? n : 1) * sizeof *r);
+  if (!r) return GRAFT_ENOMEM;
+  for (int64_t k = 0; k < n; k++) {
+    int set = k < n_in ? SET_IN : k < n_in + n_out ? SET_OUT : SET_VAR;
+    uint32_t idx = (uint32_t)(set == SET_IN ? k : set == SET_OUT ? k - n_in : k - n_in - n_out);
+    const graft_tensor *t = set == SET_IN ? in[idx] : set == SET_OUT ? dst[idx] : g->vars[idx]->value;
+    uintptr_t lo = (uintptr_t)graft_tensor_data(t);
+    size_t bytes = tensor_bytes(t);
+    if (bytes) r[m++] = (range){lo, lo + bytes, idx, set};
+  }
+  for (int i = 0; i < n_out; i++) out_hit[i] = 0;
+  for (int64_t k = 0; k < g->n_vars; k++) var_hit[k] = 0;
+  qsort(r, (size_t)m, sizeof *r, by_range);
+  uintptr_t edge[N_SETS];
+  for (int pass = 0; pass < 2; pass++) {
+    for (int s = 0; s < N_SETS; s++) edge[s] = pass ? UINTPTR_MAX : 0;
+    for (int64_t q = 0; q < m; q++) {
+      const range *x = &r[pass ? m - 1 - q : q];
+      uint8_t hit = 0;
+      for (int s = 0; s < N_SETS; s++)
+        if (s != x->set && (pass ? edge[s] < x->hi : edge[s] > x->lo)) hit |= (uint8_t)(1u << s);
+      if (x->set == SET_OUT) out_hit[x->idx] |= hit;
+      if (x->set == SET_VAR) var_hit[x->idx] |= hit;
+      edge[x->set] = pass ? GRAFT__MIN(edge[x->set], x->lo) : GRAFT__MAX(edge[x->set], x->hi);
+    }
+  }
+  graft__free(r);
+  return GRAFT_OK;
+}
+
+static int by_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
 static size_t view_bytes(const graft__tview *v) {
@@ -405,38 +458,38 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
    * are copied at commit, so a failure leaves the caller's tensors as they
    * were. */
   int may_fail = p->fallible || graft__exec_fault_hook != NULL;
+  int n_out = f->n_outputs;
+  uint8_t *var_hit = graft__malloc((size_t)(g->n_vars ? g->n_vars : 1));
+  uint64_t *ids = graft__malloc((size_t)(n_out ? n_out : 1) * sizeof *ids);
+  if (!var_hit || !ids || clashes(g, f->n_inputs, in, n_out, dst, direct, var_hit)) {
+    graft__free(var_hit);
+    graft__free(ids);
+    return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  }
   /* Assigns the plan allows go straight into their variable under the same
    * condition, unless the variable's memory is also a tensor of this call;
    * the others write to the arena and are copied at commit. */
   for (uint32_t k = 0; k < p->n_assigns; k++) {
     uint32_t id = p->assigns[k];
-    graft_tensor *vt = graft__graph_node(g, id)->attr.var.var->value;
-    int dir = p->assign_direct[k] && !may_fail;
-    for (int i = 0; i < f->n_inputs && dir; i++)
-      dir = !overlaps(graft_tensor_data(vt), tensor_bytes(vt), graft_tensor_data(in[i]),
-                      tensor_bytes(in[i]));
-    for (int i = 0; i < f->n_outputs && dir; i++)
-      dir = !overlaps(graft_tensor_data(vt), tensor_bytes(vt), graft_tensor_data(dst[i]),
-                      tensor_bytes(dst[i]));
-    graft__plan_view(p, id)->data = dir ? graft_tensor_data(vt) : p->arena + p->offset[id];
+    graft_variable *v = graft__graph_node(g, id)->attr.var.var;
+    const uint32_t *vk = graft__ptrmap_get(&g->var_set, v);
+    int dir = p->assign_direct[k] && !may_fail && vk && !var_hit[*vk];
+    graft__plan_view(p, id)->data = dir ? graft_tensor_data(v->value) : p->arena + p->offset[id];
   }
-  for (int i = 0; i < f->n_outputs; i++) {
+  /* Outputs: straight into the destination unless it shares bytes with an
+   * input or a variable, and only the first of outputs that are one node. */
+  for (int i = 0; i < n_out; i++) ids[i] = (uint64_t)g->outputs[i] << 32 | (uint32_t)i;
+  qsort(ids, (size_t)n_out, sizeof *ids, by_u64);
+  for (int i = 0; i < n_out; i++) direct[i] = !(direct[i] & ((1u << SET_IN) | (1u << SET_VAR)));
+  for (int q = 1; q < n_out; q++)
+    if (ids[q] >> 32 == ids[q - 1] >> 32) direct[(uint32_t)ids[q]] = 0;
+  for (int i = 0; i < n_out; i++) {
     uint32_t id = g->outputs[i];
-    direct[i] = !may_fail && p->offset[id] != SIZE_MAX;
-    for (int k = 0; k < i && direct[i]; k++)
-      if (g->outputs[k] == id) direct[i] = 0;
-    for (int k = 0; k < f->n_inputs && direct[i]; k++)
-      if (overlaps(graft_tensor_data(dst[i]), tensor_bytes(dst[i]), graft_tensor_data(in[k]),
-                   tensor_bytes(in[k])))
-        direct[i] = 0;
-    for (int64_t k = 0; k < g->n_vars && direct[i]; k++) {
-      const graft_tensor *vt = g->vars[k]->value;
-      if (overlaps(graft_tensor_data(dst[i]), tensor_bytes(dst[i]), graft_tensor_data(vt),
-                   tensor_bytes(vt)))
-        direct[i] = 0;
-    }
+    direct[i] = direct[i] && !may_fail && p->offset[id] != SIZE_MAX;
     if (direct[i]) graft__plan_view(p, id)->data = graft_tensor_data(dst[i]);
   }
+  graft__free(var_hit);
+  graft__free(ids);
   return GRAFT_OK;
 }
 

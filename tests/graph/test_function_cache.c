@@ -484,6 +484,51 @@ static void test_graft_function_write_dot__digraph_with_op_names(void **state) {
 
 /* ---- output binding ---------------------------------------------------- */
 
+/* out[k] = (k + 1) * x, and out[n - 1] repeats out[0]'s node. */
+static graft_status scaled_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                              graft_value **out, void *user) {
+  (void)n_in, (void)user;
+  for (int k = 0; k < n_out - 1; k++) out[k] = graft_mul(t, in[0], graft_scalar(t, GRAFT_F64, k + 1.0));
+  out[n_out - 1] = out[0];
+  return GRAFT_OK;
+}
+
+/* Two output destinations that share bytes with the input, shifted by an
+ * element either way (a kernel writing there directly would overwrite input
+ * elements before reading them), among many that do not: every output
+ * holds (k + 1) * x of the input as it was, and the output repeating
+ * another's node is written too. */
+static void test_graft_function_call__outputs_overlapping_the_input(void **state) {
+  (void)state;
+  enum { N = 8, OUTS = 600 };
+  graft_function *f = tu_function(g_rt, "scaled", scaled_cb, NULL, 1, OUTS, NULL);
+  /* x at buf[N, 2N); out[3] at [N + 1, 2N + 1), out[OUTS / 2] at [1, N + 1) */
+  double *buf = calloc(3 * N, sizeof *buf), x0[N];
+  assert_non_null(buf);
+  for (int i = 0; i < N; i++) buf[N + i] = x0[i] = 0.5 + i;
+  const int64_t s[] = {N};
+  graft_tensor *in[1], *out[OUTS];
+  assert_int_equal(graft_tensor_wrap(GRAFT_F64, 1, s, buf + N, &in[0]), GRAFT_OK);
+  for (int k = 0; k < OUTS; k++) {
+    if (k == 3) assert_int_equal(graft_tensor_wrap(GRAFT_F64, 1, s, buf + N + 1, &out[k]), GRAFT_OK);
+    else if (k == OUTS / 2) assert_int_equal(graft_tensor_wrap(GRAFT_F64, 1, s, buf + 1, &out[k]), GRAFT_OK);
+    else out[k] = NULL;
+  }
+  tu_assert_call_ok(f, 1, in, OUTS, out);
+  for (int k = 0; k < OUTS; k++) {
+    double want[N], scale = k == OUTS - 1 ? 1.0 : k + 1.0;
+    for (int i = 0; i < N; i++) want[i] = scale * x0[i];
+    tu_assert_close(out[k], want, N, 0, 0);
+  }
+  for (int k = 0; k < OUTS; k++)
+    if (k != 3 && k != OUTS / 2) graft_tensor_destroy(out[k]);
+  graft_tensor_destroy(out[3]);
+  graft_tensor_destroy(out[OUTS / 2]);
+  graft_tensor_destroy(in[0]);
+  free(buf);
+  graft_function_destroy(f);
+}
+
 static graft_status identity_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                                 graft_value **out, void *user) {
   (void)t, (void)n_in, (void)n_out, (void)user;
@@ -667,6 +712,7 @@ int main(void) {
       cmocka_unit_test(test_graft_function_stats__fields_and_pruned_nodes),
       cmocka_unit_test(test_graft_function_write_dot__digraph_with_op_names),
       cmocka_unit_test(test_graft_function_call__output_is_input),
+      cmocka_unit_test(test_graft_function_call__outputs_overlapping_the_input),
       cmocka_unit_test(test_graft_function_call__same_value_in_two_outputs),
       cmocka_unit_test(test_graft_function_call__preallocated_output_written_in_place),
       cmocka_unit_test(test_graft_function_call__no_inputs_constant_output),
