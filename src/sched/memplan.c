@@ -368,8 +368,8 @@ static graft_status place(mp *m, int64_t *arena, int64_t lower) {
   if (!pl.order || !pl.off || !pl.lo || !pl.hi || !pl.id || !tmp) goto out;
   int64_t best = INT64_MAX, scans = 0, per_pass = (int64_t)nb * nb / 2;
   /* First fit in every tie order, then best fit; a quarter of the budget
-   * is left to compaction.  An arena at the lower bound (LOAD, the flow's
-   * antichain) ends the search: nothing can beat it. */
+   * is left to compaction.  An arena at the lower bound (the stats'
+   * bound_bytes) ends the search: nothing can beat it. */
   for (int pass = 0; pass < 2 * TIE_COUNT && best > lower &&
                      (!pass || scans + per_pass <= PLACE_BUDGET / 4 * 3);
        pass++) {
@@ -474,9 +474,10 @@ graft_status graft__memplan(graft__plan *p) {
     m.desc = graft__calloc((size_t)(words ? words : 1), sizeof *m.desc);
     if (!m.desc) goto out;
     descendants(&m);
-  } else {
-    if (graft__anc_init(&m.anc, p, GRAFT__ANC_CAP)) goto out;
   }
+  /* The bounded search: the local planner's proofs (its plan competes in
+   * the exact planner too), and without the bitsets the in-place ones. */
+  if (graft__anc_init(&m.anc, p, GRAFT__ANC_CAP)) goto out;
   /* Outputs and staged assignments are read after the graph. */
   uint8_t *is_out = graft__calloc(p->g->n_nodes ? p->g->n_nodes : 1, 1);
   if (!is_out) goto out;
@@ -533,8 +534,7 @@ graft_status graft__memplan(graft__plan *p) {
      * add; else placement runs (stopping once it meets the bound) and the
      * smaller arena wins. */
     int64_t lower = p->stats.bound_bytes, local = 0;
-    if (graft__anc_init(&m.anc, p, GRAFT__ANC_CAP) || graft__memplan_local(p, &m.anc, m.buf, nb, bid, &local))
-      goto out;
+    if (graft__memplan_local(p, &m.anc, m.buf, nb, bid, &local)) goto out;
     arena = local;
     if (local > lower) {
       local_off = graft__malloc((nb ? nb : 1) * sizeof *local_off);

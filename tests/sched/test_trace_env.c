@@ -82,6 +82,14 @@ static graft_status wide(graft_trace *t, int n_in, graft_value *const *in, int n
   return GRAFT_OK;
 }
 
+/* The wide graph's inputs: a [96, 48] and b [48, 48] f64. */
+static void wide_inputs(uint64_t seed, graft_tensor *in[2]) {
+  tu_rng r = {seed};
+  const int64_t as[] = {96, 48}, bs[] = {48, 48};
+  in[0] = tu_tensor_rand(&r, GRAFT_F64, 2, as, -1, 1);
+  in[1] = tu_tensor_rand(&r, GRAFT_F64, 2, bs, -1, 1);
+}
+
 static _Atomic int tasks_run;
 static _Atomic unsigned worker_mask; /* bit w: worker w ran a tile */
 
@@ -194,10 +202,8 @@ static void check_trace(const char *sched) {
   unsetenv("GRAFT_TRACE");
   assert_int_equal(st, GRAFT_OK);
 
-  tu_rng r = {0x7ace};
-  const int64_t as[] = {96, 48}, bs[] = {48, 48};
-  graft_tensor *in[2] = {tu_tensor_rand(&r, GRAFT_F64, 2, as, -1, 1),
-                         tu_tensor_rand(&r, GRAFT_F64, 2, bs, -1, 1)};
+  graft_tensor *in[2];
+  wide_inputs(0x7ace, in);
   graft_function_desc d = {.name = "wide", .trace = wide, .n_inputs = 2, .n_outputs = 1};
   graft_function *f = NULL;
   assert_int_equal(graft_function_create(rt, &d, &f), GRAFT_OK);
@@ -305,10 +311,8 @@ static void test_graft_runtime_create__runtimes_share_a_trace_file(void **state)
     unsetenv("GRAFT_TRACE");
     assert_int_equal(st, GRAFT_OK);
   }
-  tu_rng r = {0x2ace};
-  const int64_t as[] = {96, 48}, bs[] = {48, 48};
-  graft_tensor *in[2] = {tu_tensor_rand(&r, GRAFT_F64, 2, as, -1, 1),
-                         tu_tensor_rand(&r, GRAFT_F64, 2, bs, -1, 1)};
+  graft_tensor *in[2];
+  wide_inputs(0x2ace, in);
   graft_function_desc d = {.name = "wide", .trace = wide, .n_inputs = 2, .n_outputs = 1};
   graft_function *f[2];
   int64_t tasks[2];
