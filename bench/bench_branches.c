@@ -15,14 +15,17 @@
  * as that same code with the branches shared by a hand-written `omp for`
  * (ompfor, at the same thread counts as ws: what the machine gives a user
  * who writes the parallel loop by hand), all in this process, with the
- * default grain.  Every rep calls each config
+ * default grain.  --grain G adds ws at every thread count with grain G
+ * (sched column "ws:G"): the same graph cut into smaller tiles, measured in
+ * the same reps as the default, so the two can be compared pair by pair on a
+ * noisy machine.  Every rep calls each config
  * (rotating which goes first) until about TARGET_REP_US has passed;
  * median_us is the median time per call.  speedup_vs_1t = ws at 1 thread /
  * this row; ratio_vs_omp = this row / omp at the same thread count;
  * ratio_vs_seq = this row / seq; self_speedup = the same sched at 1 thread
  * / this row.
  *
- * Usage: bench_branches [--json] [--reps N]
+ * Usage: bench_branches [--json] [--reps N] [--grain G]
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
@@ -46,7 +49,7 @@
 #define DEFAULT_REPS 11
 #define TARGET_REP_US 20000.0
 #define MAX_INNER 1000
-#define MAX_CONFIGS 24
+#define MAX_CONFIGS 32
 
 typedef enum sched_kind { SCHED_WS, SCHED_OMP, SCHED_SEQ, SCHED_DIRECT, SCHED_OMPFOR } sched_kind;
 static const char *const SCHED_NAMES[] = {"ws", "omp", "seq", "direct", "ompfor"};
@@ -54,10 +57,12 @@ static const char *const SCHED_NAMES[] = {"ws", "omp", "seq", "direct", "ompfor"
 typedef struct config {
   sched_kind sched;
   int threads;
+  int64_t grain;            /* 0: the default */
   graft_runtime *rt;        /* NULL for direct */
   graft_function *f;        /* NULL for direct */
   char describe[256];
   double median_us, min_us;
+  double vs_default;        /* ws:G: median over reps of this rep's time / ws's */
   int inner;                /* calls per rep */
 } config;
 
@@ -68,7 +73,10 @@ typedef struct model {
   float *hb, *yb;           /* ompfor scratch: [BRANCHES][BATCH * WIDTH] each */
 } model;
 
-typedef bench_opts options;
+typedef struct options {
+  int json, reps;
+  int64_t grain;            /* --grain: extra ws rows at this grain; 0: none */
+} options;
 
 /* ---- the model ------------------------------------------------------------ */
 
@@ -202,26 +210,40 @@ static graft_status trace_branches(graft_trace *t, int n_in, graft_value *const 
 static int n_configs;
 static config CONFIGS[MAX_CONFIGS];
 
-static void add_config(sched_kind s, int threads) {
-  CONFIGS[n_configs++] = (config){.sched = s, .threads = threads};
+static void add_config(sched_kind s, int threads, int64_t grain) {
+  CONFIGS[n_configs++] = (config){.sched = s, .threads = threads, .grain = grain};
 }
 
-/* ws, omp and ompfor at 1, 2, 4 (always) and 8, 16 (when there are that
- * many CPUs); then seq and direct. */
-static void plan_configs(long cpus) {
+/* s at 1, 2, 4 (always) and 8, 16 (when there are that many CPUs). */
+static void add_scaled(sched_kind s, long cpus, int64_t grain) {
   static const int threads[] = {1, 2, 4, 8, 16};
-  static const sched_kind scaled[] = {SCHED_WS, SCHED_OMP, SCHED_OMPFOR};
-  for (size_t s = 0; s < sizeof scaled / sizeof scaled[0]; s++)
-    for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
-      if (threads[i] <= 4 || threads[i] <= cpus) add_config(scaled[s], threads[i]);
-  add_config(SCHED_SEQ, 1);
-  add_config(SCHED_DIRECT, 1);
+  for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
+    if (threads[i] <= 4 || threads[i] <= cpus) add_config(s, threads[i], grain);
 }
 
-static int config_index(sched_kind s, int threads) {
+/* ws, omp, ompfor, and ws at grain (when not 0), scaled; then seq and
+ * direct. */
+static void plan_configs(long cpus, int64_t grain) {
+  add_scaled(SCHED_WS, cpus, 0);
+  add_scaled(SCHED_OMP, cpus, 0);
+  add_scaled(SCHED_OMPFOR, cpus, 0);
+  if (grain) add_scaled(SCHED_WS, cpus, grain);
+  add_config(SCHED_SEQ, 1, 0);
+  add_config(SCHED_DIRECT, 1, 0);
+}
+
+static int config_index(sched_kind s, int threads, int64_t grain) {
   for (int c = 0; c < n_configs; c++)
-    if (CONFIGS[c].sched == s && CONFIGS[c].threads == threads) return c;
+    if (CONFIGS[c].sched == s && CONFIGS[c].threads == threads && CONFIGS[c].grain == grain)
+      return c;
   return -1;
+}
+
+/* "ws", or "ws:G" for a config at grain G. */
+static const char *config_name(const config *cf, char *buf, size_t len) {
+  if (!cf->grain) return SCHED_NAMES[cf->sched];
+  snprintf(buf, len, "%s:%lld", SCHED_NAMES[cf->sched], (long long)cf->grain);
+  return buf;
 }
 
 static int create_configs(model *m) {
@@ -239,8 +261,8 @@ static int create_configs(model *m) {
                cf->threads);
       continue;
     }
-    if (bench_runtime_create(SCHED_NAMES[cf->sched], cf->threads, 0, NULL, &cf->rt, cf->describe,
-                             sizeof cf->describe) ||
+    if (bench_runtime_create(SCHED_NAMES[cf->sched], cf->threads, cf->grain, NULL, &cf->rt,
+                             cf->describe, sizeof cf->describe) ||
         bench_function_create(cf->rt, "branches", trace_branches, m, 1, 1, &cf->f))
       return -1;
   }
@@ -275,8 +297,9 @@ static int check_output(const config *cf, const model *m, const graft_tensor *ou
     if (fabs((double)m->ref[i]) > my) my = fabs((double)m->ref[i]);
   }
   if (d <= 1e-4 * (my > 1.0 ? my : 1.0)) return 0;
+  char name[32];
   fprintf(stderr, "bench_branches: %s/%d differs from the direct result (max abs diff %g, max |y| %g)\n",
-          SCHED_NAMES[cf->sched], cf->threads, d, my);
+          config_name(cf, name, sizeof name), cf->threads, d, my);
   return -1;
 }
 
@@ -303,9 +326,11 @@ static int run(model *m, int reps) {
   const int64_t xshape[2] = {BATCH, WIDTH};
   run_ctx r = {m, NULL, NULL};
   double *t = malloc((size_t)(n_configs * reps) * sizeof *t);
+  double *ratio = malloc((size_t)reps * sizeof *ratio);
   int rc = -1;
-  if (!t || bench_report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &r.x), "graft_tensor_wrap",
-                         NULL) ||
+  if (!t || !ratio ||
+      bench_report(graft_tensor_wrap(GRAFT_F32, 2, xshape, m->x, &r.x), "graft_tensor_wrap",
+                   NULL) ||
       bench_report(graft_tensor_create(GRAFT_F32, 2, xshape, &r.out), "graft_tensor_create", NULL))
     goto done;
   direct_call(m, m->ref);
@@ -320,9 +345,16 @@ static int run(model *m, int reps) {
   }
   if (bench_timed_reps(n_configs, reps, t, run_timed, run_check, &r)) goto done;
   for (int c = 0; c < n_configs; c++) {
-    char what[32];
-    snprintf(what, sizeof what, "%s/%d", SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads);
+    char what[48], name[32];
+    snprintf(what, sizeof what, "%s/%d", config_name(&CONFIGS[c], name, sizeof name),
+             CONFIGS[c].threads);
     CONFIGS[c].median_us = bench_median_min(&t[c * reps], reps, &CONFIGS[c].min_us);
+    CONFIGS[c].vs_default = NAN;
+    int d = CONFIGS[c].grain ? config_index(CONFIGS[c].sched, CONFIGS[c].threads, 0) : -1;
+    if (d >= 0) {
+      for (int i = 0; i < reps; i++) ratio[i] = t[c * reps + i] / t[d * reps + i];
+      CONFIGS[c].vs_default = bench_median(ratio, reps);
+    }
     bench_warn_traced(CONFIGS[c].f, what);
   }
   rc = 0;
@@ -330,6 +362,7 @@ done:
   graft_tensor_destroy(r.out);
   graft_tensor_destroy(r.x);
   free(t);
+  free(ratio);
   return rc;
 }
 
@@ -337,7 +370,7 @@ done:
 
 static void print_header(const bench_info *info, const options *opt) {
   bench_kv extra[MAX_CONFIGS + 2];
-  char keys[MAX_CONFIGS][32];
+  char keys[MAX_CONFIGS][64];
   char shape[128];
   snprintf(shape, sizeof shape,
            "%d branches of relu(x @ W1 + b1) @ W2 + b2, x [%d,%d] f32, W [%d,%d], tree sum",
@@ -345,9 +378,12 @@ static void print_header(const bench_info *info, const options *opt) {
   int n = 0;
   extra[n++] = (bench_kv){"model", shape};
   extra[n++] = (bench_kv){"blas", info->blas};
-  for (int c = 0; c < n_configs; c++)
-    extra[n++] = bench_runtime_kv(keys[c], sizeof keys[c], SCHED_NAMES[CONFIGS[c].sched],
-                                  CONFIGS[c].threads, CONFIGS[c].describe);
+  for (int c = 0; c < n_configs; c++) {
+    char name[32];
+    extra[n++] = bench_runtime_kv(keys[c], sizeof keys[c],
+                                  config_name(&CONFIGS[c], name, sizeof name), CONFIGS[c].threads,
+                                  CONFIGS[c].describe);
+  }
   bench_header_print(info, "bench_branches",
                      "16 independent MLP branches: ws and omp at 1..N threads, seq, direct",
                      extra, n, opt->json);
@@ -355,38 +391,44 @@ static void print_header(const bench_info *info, const options *opt) {
   printf("# median_us: median time per call; speedup_vs_1t = ws at 1 thread / median_us;\n"
          "# ratio_vs_omp = median_us / omp's at the same threads; ratio_vs_seq = median_us /\n"
          "# seq's; self_speedup = the same sched at 1 thread / median_us; min_us: the fastest\n"
-         "# rep; threads marked * exceed the CPUs of this process (oversubscribed)\n");
-  printf("# %-8s %7s %-6s %4s %12s %13s %12s %12s %12s %10s\n", "name", "threads", "sched",
+         "# rep; threads marked * exceed the CPUs of this process (oversubscribed);\n"
+         "# ws:G = ws with grain G (--grain), vs_default: the median over reps of its time\n"
+         "# / ws's at the same threads in the same rep\n");
+  printf("# %-8s %7s %-9s %4s %12s %13s %12s %12s %12s %10s %10s\n", "name", "threads", "sched",
          "reps", "median_us", "speedup_vs_1t", "ratio_vs_omp", "ratio_vs_seq", "self_speedup",
-         "min_us");
+         "min_us", "vs_default");
 }
 
 static void print_rows(const options *opt, int reps, long cpus) {
-  double ws1 = CONFIGS[config_index(SCHED_WS, 1)].median_us;
-  double seq = CONFIGS[config_index(SCHED_SEQ, 1)].median_us;
+  double ws1 = CONFIGS[config_index(SCHED_WS, 1, 0)].median_us;
+  double seq = CONFIGS[config_index(SCHED_SEQ, 1, 0)].median_us;
   for (int c = 0; c < n_configs; c++) {
     const config *cf = &CONFIGS[c];
     int omp = cf->sched == SCHED_WS || cf->sched == SCHED_OMP || cf->sched == SCHED_OMPFOR
-                  ? config_index(SCHED_OMP, cf->threads)
+                  ? config_index(SCHED_OMP, cf->threads, 0)
                   : -1;
     double vs_omp = omp >= 0 ? cf->median_us / CONFIGS[omp].median_us : NAN;
     double speedup = ws1 / cf->median_us, vs_seq = cf->median_us / seq;
-    double self = CONFIGS[config_index(cf->sched, 1)].median_us / cf->median_us;
+    double self = CONFIGS[config_index(cf->sched, 1, cf->grain)].median_us / cf->median_us;
     int over = cf->threads > cpus;
+    char buf[32];
+    const char *name = config_name(cf, buf, sizeof buf);
     if (opt->json) {
       printf("{\"type\":\"row\",\"name\":\"branches\",\"threads\":%d,\"sched\":\"%s\","
-             "\"oversubscribed\":%s,\"reps\":%d,\"calls_per_rep\":%d,\"median_us\":%.3f,"
-             "\"min_us\":%.3f,\"speedup_vs_1t\":%.4f",
-             cf->threads, SCHED_NAMES[cf->sched], over ? "true" : "false", reps, cf->inner,
-             cf->median_us, cf->min_us, speedup);
+             "\"grain\":%lld,\"oversubscribed\":%s,\"reps\":%d,\"calls_per_rep\":%d,"
+             "\"median_us\":%.3f,\"min_us\":%.3f,\"speedup_vs_1t\":%.4f",
+             cf->threads, SCHED_NAMES[cf->sched], (long long)cf->grain, over ? "true" : "false",
+             reps, cf->inner, cf->median_us, cf->min_us, speedup);
       bench_json_num("ratio_vs_omp", vs_omp, "%.4f");
-      printf(",\"ratio_vs_seq\":%.4f,\"self_speedup\":%.4f}\n", vs_seq, self);
+      printf(",\"ratio_vs_seq\":%.4f,\"self_speedup\":%.4f", vs_seq, self);
+      bench_json_num("vs_default", cf->vs_default, "%.4f");
+      printf("}\n");
     } else {
-      char thr[16], vo[16];
+      char thr[16], vo[16], vd[16];
       snprintf(thr, sizeof thr, "%d%s", cf->threads, over ? "*" : "");
-      printf("%-10s %7s %-6s %4d %12.1f %13.3f %12s %12.3f %12.3f %10.1f\n", "branches", thr,
-             SCHED_NAMES[cf->sched], reps, cf->median_us, speedup,
-             bench_fmt_num(vo, sizeof vo, "%.3f", vs_omp), vs_seq, self, cf->min_us);
+      printf("%-10s %7s %-9s %4d %12.1f %13.3f %12s %12.3f %12.3f %10.1f %10s\n", "branches", thr,
+             name, reps, cf->median_us, speedup, bench_fmt_num(vo, sizeof vo, "%.3f", vs_omp),
+             vs_seq, self, cf->min_us, bench_fmt_num(vd, sizeof vd, "%.3f", cf->vs_default));
     }
   }
   fflush(stdout);
@@ -396,21 +438,38 @@ static void print_rows(const options *opt, int reps, long cpus) {
 
 static void usage(FILE *to) {
   fprintf(to,
-          "usage: bench_branches [--json] [--reps N]\n"
-          "  --json    one JSON object per line (a header, then one per row)\n"
-          "  --reps N  timed repetitions per config (>= %d, default %d)\n",
+          "usage: bench_branches [--json] [--reps N] [--grain G]\n"
+          "  --json     one JSON object per line (a header, then one per row)\n"
+          "  --reps N   timed repetitions per config (>= %d, default %d)\n"
+          "  --grain G  also ws at every thread count with GRAFT_GRAIN G (rows ws:G)\n",
           MIN_REPS, DEFAULT_REPS);
 }
 
+/* --grain (bench_parse_args). */
+static int own_option(void *ctx, const char *arg, const char *val) {
+  options *opt = ctx;
+  if (strcmp(arg, "--grain") != 0 || !val) return 0;
+  char *end;
+  long long g = strtoll(val, &end, 10);
+  if (*end || end == val || g < 1 || g > INT64_MAX / 2) {
+    fprintf(stderr, "bench_branches: --grain needs a positive integer\n");
+    return -1;
+  }
+  opt->grain = g;
+  return 2;
+}
+
 int main(int argc, char **argv) {
-  options opt;
-  if (bench_opts_parse(argc, argv, &opt, MIN_REPS, DEFAULT_REPS, BENCH_MAX_REPS, usage)) return 2;
+  options opt = {.reps = DEFAULT_REPS};
+  if (bench_parse_args(argc, argv, &opt.json, &opt.reps, MIN_REPS, BENCH_MAX_REPS, usage,
+                       own_option, &opt))
+    return 2;
   bench_info info;
   if (bench_info_collect(&info, 1)) return 1;
   /* The CPUs this process may use: the affinity mask, as OpenMP sees it. */
   long cpus = omp_get_num_procs();
   if (info.nproc > 0 && info.nproc < cpus) cpus = info.nproc;
-  plan_configs(cpus);
+  plan_configs(cpus, opt.grain);
 
   model m;
   int rc = 1;
