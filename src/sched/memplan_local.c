@@ -16,11 +16,15 @@
  * search found; y takes the smallest free slot that holds it (an exact fit
  * ends the scan), else a new slot.  A slot larger by whole lines is split:
  * y takes the front, and the rest stays free under the old occupant's
- * proof.  What the search does not prove is never
+ * proof.  When no free slot holds y, a run of adjacent free slots of one
+ * root does (merged into one), or a free slot at the end of its root grows
+ * (the roots are laid out only at the end): a weight gradient then takes
+ * the bytes of dead activations instead of all new ones.  What the search
+ * does not prove is never
  * shared, so the plan is correct whatever the caps, and compact where
  * lifetimes are local: a stencil wavefront, blocks joined by reduction
  * trees, the temporaries of a long unrolled loop.  Cost: O(GRAFT__ANC_CAP +
- * CAND_CAP) per buffer. */
+ * CAND_CAP x RUN_CAP) per buffer. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,19 +109,32 @@ int graft__anc_reaches(graft__anc *a, uint32_t r, uint32_t w, uint32_t cap) {
 }
 
 typedef struct local {
+  const graft__mbuf *buf;
   const uint32_t *t_off, *touch;  /* touches of each buffer */
   const uint32_t *r_off;          /* candidates by key position ... */
   uint32_t *rel, *r_lo;           /* ... from r_lo on not yet reused */
   const int64_t *s_size;          /* slots: bytes ... */
-  const uint32_t *s_occ;          /* ... and the buffer in each */
+  const uint32_t *s_occ;          /* ... the buffer in each ... */
+  const uint32_t *s_next;         /* ... and the slot after it in its root (or NONE) */
   const uint32_t *b_slot;         /* each buffer's slot: where its bytes are free once it
                                    * dies (the rest of a split slot), not where they are */
 } local;
 
+#define NONE UINT32_MAX
+/* Slots a run of free slots may span, at most. */
+#define RUN_CAP 16
+
+/* Does the last search prove every touch of buffer x before its writer? */
+static int dead(const local *l, const graft__anc *a, uint32_t x) {
+  for (uint32_t t = l->t_off[x]; t < l->t_off[x + 1]; t++)
+    if (!graft__anc_before(a, l->touch[t])) return 0;
+  return 1;
+}
+
 /* The smallest slot the last search proves free that holds size bytes,
- * or UINT32_MAX. */
+ * or NONE. */
 static uint32_t free_slot(local *l, const graft__anc *a, int64_t size) {
-  uint32_t best = UINT32_MAX, seen = 0;
+  uint32_t best = NONE, seen = 0;
   for (uint32_t f = 0; f < a->n_found && seen < CAND_CAP; f++) {
     uint32_t at = a->found[f];
     for (uint32_t r = l->r_lo[at]; r < l->r_off[at + 1] && seen < CAND_CAP; r++) {
@@ -132,10 +149,8 @@ static uint32_t free_slot(local *l, const graft__anc *a, int64_t size) {
       seen++;
       /* (a slot of 64 bytes or more is 64-aligned; one under 64 holds only
        * values of at most 48 bytes: the alignment always fits) */
-      if (l->s_size[s] < size || (best != UINT32_MAX && l->s_size[best] <= l->s_size[s])) continue;
-      uint32_t t = l->t_off[x];
-      while (t < l->t_off[x + 1] && graft__anc_before(a, l->touch[t])) t++;
-      if (t < l->t_off[x + 1]) continue;
+      if (l->s_size[s] < size || (best != NONE && l->s_size[best] <= l->s_size[s])) continue;
+      if (!dead(l, a, x)) continue;
       best = s;
       if (l->s_size[s] == size) return s;
     }
@@ -143,27 +158,70 @@ static uint32_t free_slot(local *l, const graft__anc *a, int64_t size) {
   return best;
 }
 
-graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mbuf *buf, uint32_t nb,
-                                  const uint32_t *bid, int64_t *arena) {
+/* Where no free slot holds size bytes (a whole number of lines): a run of
+ * adjacent free whole-line slots of one root, starting at a slot the last
+ * search proves free, that holds them with the fewest bytes to spare; else
+ * one that ends its root, which may grow, with the least growth.  Returns
+ * its first slot (NONE if neither), *end the slot after it, *total its
+ * bytes. */
+static uint32_t free_run(const local *l, const graft__anc *a, int64_t size, uint32_t *end,
+                         int64_t *total) {
+  uint32_t best = NONE, seen = 0;
+  int64_t best_cost = INT64_MAX; /* spare bytes of a run that holds size; size + growth if not */
+  for (uint32_t f = 0; f < a->n_found && seen < CAND_CAP; f++) {
+    uint32_t at = a->found[f];
+    for (uint32_t r = l->r_lo[at]; r < l->r_off[at + 1] && seen < CAND_CAP; r++) {
+      uint32_t x = l->rel[r], s = l->b_slot[x];
+      if (l->s_occ[s] != x || l->s_size[s] % GRAFT__ALIGN) continue;
+      seen++;
+      if (!dead(l, a, x)) continue;
+      int64_t sum = l->s_size[s];
+      uint32_t k = l->s_next[s];
+      for (int n = 1; sum < size && k != NONE && n < RUN_CAP; n++, k = l->s_next[k]) {
+        uint32_t xk = l->s_occ[k];
+        if (l->b_slot[xk] != k || !l->buf[xk].size || l->buf[xk].sink ||
+            l->s_size[k] % GRAFT__ALIGN || !dead(l, a, xk))
+          break;
+        sum += l->s_size[k];
+      }
+      int64_t cost = sum >= size ? sum - size : k == NONE ? 2 * size - sum : INT64_MAX;
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = s;
+        *end = k;
+        *total = sum;
+      }
+    }
+  }
+  return best;
+}
+
+graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mbuf *buf,
+                                  uint32_t nb, const uint32_t *bid, int64_t *arena) {
   uint32_t n = p->n_order, nb1 = nb ? nb : 1;
+  size_t ns_max = 2 * (size_t)nb1;
   graft_status st = GRAFT_ENOMEM;
   /* Touches of each buffer (t_off/touch), candidates by key position
-   * (r_off/rel/r_lo); slots: bytes, occupant, root slot and offset in it
-   * (s_size, s_occ, s_root, s_off), at most one per buffer plus one per
-   * split; roots' extents and offsets in the arena (s_ext, s_base); per
-   * buffer: the slot its bytes come free in (b_slot) and the one it was
-   * placed in (b_place). */
+   * (r_off/rel/r_lo); slots: bytes, occupant, root slot, offset in it and
+   * the next slot of the root (s_size, s_occ, s_root, s_off, s_next), at
+   * most one per buffer plus one per split; roots' extents and offsets in
+   * the arena (s_ext, s_base); per buffer: the slot its bytes come free in
+   * (b_slot) and the one it was placed in (b_place). */
   uint32_t *t_off = graft__calloc((size_t)nb + 2, sizeof *t_off);
   uint32_t *r_off = graft__calloc((size_t)n + 2, sizeof *r_off);
   uint32_t *r_lo = graft__malloc(((size_t)n + 1) * sizeof *r_lo), *rel = NULL;
-  int64_t *s_size = graft__malloc(2 * nb1 * sizeof *s_size), *s_off = graft__malloc(2 * nb1 * sizeof *s_off);
-  uint32_t *s_occ = graft__malloc(2 * nb1 * sizeof *s_occ), *b_slot = graft__malloc(nb1 * sizeof *b_slot);
+  int64_t *s_size = graft__malloc(ns_max * sizeof *s_size);
+  int64_t *s_off = graft__malloc(ns_max * sizeof *s_off);
+  int64_t *s_ext = graft__malloc(ns_max * sizeof *s_ext);
+  int64_t *s_base = graft__malloc(ns_max * sizeof *s_base);
+  uint32_t *s_occ = graft__malloc(ns_max * sizeof *s_occ);
+  uint32_t *s_root = graft__malloc(ns_max * sizeof *s_root);
+  uint32_t *s_next = graft__malloc(ns_max * sizeof *s_next);
+  uint32_t *b_slot = graft__malloc(nb1 * sizeof *b_slot);
   uint32_t *b_place = graft__malloc(nb1 * sizeof *b_place);
-  uint32_t *s_root = graft__malloc(2 * nb1 * sizeof *s_root);
-  int64_t *s_ext = graft__malloc(2 * nb1 * sizeof *s_ext), *s_base = graft__malloc(2 * nb1 * sizeof *s_base);
   uint32_t *touch = NULL, *lastv = graft__malloc(nb1 * sizeof *lastv);
-  if (!lastv || !t_off || !r_off || !r_lo || !s_size || !s_off || !s_occ || !b_slot || !b_place || !s_root || !s_ext ||
-      !s_base)
+  if (!lastv || !t_off || !r_off || !r_lo || !s_size || !s_off || !s_ext || !s_base || !s_occ ||
+      !s_root || !s_next || !b_slot || !b_place)
     goto out;
   /* Only buffers that can be freed (bytes, not read after the graph) need
    * touches or a place in the release lists. */
@@ -208,21 +266,39 @@ graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mb
   }
   memcpy(r_lo, r_off, ((size_t)n + 1) * sizeof *r_lo);
 
-  local l = {t_off, touch, r_off, rel, r_lo, s_size, s_occ, b_slot};
+  local l = {buf, t_off, touch, r_off, rel, r_lo, s_size, s_occ, s_next, b_slot};
   uint32_t ns = 0;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t y = bid[i];
     if (buf[y].w0 != i || !buf[y].size) continue;
     graft__anc_search(a, i, GRAFT__ANC_NEAR);
     uint32_t best = free_slot(&l, a, buf[y].size);
-    if (best == UINT32_MAX || s_size[best] != buf[y].size) {
+    if (best == NONE || s_size[best] != buf[y].size) {
       graft__anc_search(a, i, GRAFT__ANC_CAP);
       best = free_slot(&l, a, buf[y].size);
     }
-    if (best == UINT32_MAX) {
+    uint32_t end;
+    int64_t total;
+    if (best == NONE && buf[y].size % GRAFT__ALIGN == 0 &&
+        (best = free_run(&l, a, buf[y].size, &end, &total)) != NONE) {
+      /* Merge the run into its first slot (grown to size bytes if it ends
+       * its root short of them); the rest of the run's last slot, if any,
+       * stays free under its occupant's proof (the split below), and the
+       * slots merged in are never free again. */
+      uint32_t last = s_occ[best];
+      for (uint32_t k = s_next[best]; k != end; k = s_next[k]) {
+        last = s_occ[k];
+        s_occ[k] = y;
+      }
+      s_next[best] = end;
+      s_size[best] = GRAFT__MAX(total, buf[y].size);
+      s_occ[best] = last;
+    }
+    if (best == NONE) {
       best = ns++;
       s_size[best] = buf[y].size;
       s_root[best] = best;
+      s_next[best] = NONE;
       s_off[best] = 0; /* (within its root: the roots are laid out below) */
     } else if (s_size[best] - buf[y].size >= GRAFT__ALIGN && buf[y].size % GRAFT__ALIGN == 0) {
       /* Split: y takes the front; the rest stays with the old occupant,
@@ -232,6 +308,8 @@ graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mb
       s_off[rest] = s_off[best] + buf[y].size;
       s_size[rest] = s_size[best] - buf[y].size;
       s_occ[rest] = x;
+      s_next[rest] = s_next[best];
+      s_next[best] = rest;
       b_slot[x] = rest; /* (x's bytes stay where b_place says) */
       s_size[best] = buf[y].size;
     }
@@ -263,6 +341,7 @@ out:
   graft__free(s_size);
   graft__free(s_off);
   graft__free(s_root);
+  graft__free(s_next);
   graft__free(s_ext);
   graft__free(s_base);
   graft__free(s_occ);

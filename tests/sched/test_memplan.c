@@ -1494,6 +1494,54 @@ static void test_graft__memplan__local_planner_on_random_dags(void **state) {
   }
 }
 
+/* a = -x [256] dies in s = sum(a) before c = y [1024] * s is written: the
+ * local planner grows a's slot (the end of its root) for c instead of
+ * taking 4 KiB more, and arrives at the exact planner's arena. */
+enum { GROW_X = 256, GROW_Y = 1024 };
+
+static graft_status grow_case(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                              graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  graft_value *s = graft_reduce_sum(t, graft_neg(t, in[0]), 0, NULL, 0);
+  graft_value *c = graft_mul(t, in[1], s);
+  out[0] = graft_reduce_sum(t, graft_exp(t, c), 0, NULL, 0);
+  return GRAFT_OK;
+}
+
+static void test_graft__memplan__local_planner_grows_a_dead_slot(void **state) {
+  (void)state;
+  tu_rng r = {77};
+  const int64_t xs[1] = {GROW_X}, ys[1] = {GROW_Y};
+  graft_tensor *in[2] = {tu_tensor_rand(&r, GRAFT_F32, 1, xs, -1, 1),
+                         tu_tensor_rand(&r, GRAFT_F32, 1, ys, -1, 1)};
+  graft_runtime *rts[COUNT(THREADS)];
+  for (size_t k = 0; k < COUNT(THREADS); k++) rts[k] = tu_runtime_of("ws", THREADS[k], GRAIN);
+  graph_case c = {"grow", grow_case, NULL, 2, 1, 0, in, NULL, NULL};
+  int64_t arena[2];
+  for (int local = 0; local < 2; local++) {
+    graft__memplan_max_exact = local ? 0 : EXACT_LIMIT;
+    graft_tensor *out[1];
+    const graft__plan *p;
+    graft_plan_stats ps;
+    graft_function *f = compile_case(rts[1], &c, out, &p, &ps, "grow");
+    assert_plan_ok(p, &ps, "grow");
+    arena[local] = ps.arena_bytes;
+    tu_destroy_outs(out, 1);
+    graft_function_destroy(f);
+    if (local) assert_equal_to_naive(rts, &c, "grow (local planner)");
+  }
+  graft__memplan_max_exact = EXACT_LIMIT;
+  print_message("grow: arena %lld (exact planner), %lld (local)\n", (long long)arena[0],
+                (long long)arena[1]);
+  /* c and exp(c) (in place) take a's bytes and 3 KiB after them; s and the
+   * output's partial sums their own lines. */
+  assert_int_equal(arena[1], arena[0]);
+  assert_true(arena[1] < (GROW_X + GROW_Y) * (int64_t)sizeof(float));
+  for (size_t k = 0; k < COUNT(THREADS); k++) graft_runtime_destroy(rts[k]);
+  graft_tensor_destroy(in[0]);
+  graft_tensor_destroy(in[1]);
+}
+
 /* ---- 5. one arena per plan, not per call ----------------------------------------- */
 
 typedef struct counting {
@@ -1978,6 +2026,7 @@ int main(void) {
       cmocka_unit_test(test_graft__memplan__stencil_above_exact_limit_reuses_memory),
       cmocka_unit_test(test_graft__anc__proofs_are_sound),
       cmocka_unit_test_teardown(test_graft__memplan__local_planner_on_random_dags, restore_knobs),
+      cmocka_unit_test_teardown(test_graft__memplan__local_planner_grows_a_dead_slot, restore_knobs),
       cmocka_unit_test(test_graft_function_call__arena_allocated_once_per_plan),
       cmocka_unit_test(test_graft__memplan__bound_is_max_weight_antichain),
       cmocka_unit_test(test_graft__memplan__bound_without_the_flow),
