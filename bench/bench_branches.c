@@ -14,8 +14,11 @@
  * plain loops (direct, the reference every output is checked against), and
  * as that same code with the branches shared by a hand-written `omp for`
  * (ompfor, at the same thread counts as ws: what the machine gives a user
- * who writes the parallel loop by hand), all in this process, with the
- * default grain.  --grain G adds ws at every thread count with grain G
+ * who writes the parallel loop by hand) and as streams (that loop run
+ * STREAM_LAPS times per region, time per lap: the speedup the machine gives
+ * this work when neither the region's start nor its slowest thread is paid
+ * in every call, a ceiling for any scheduler), all in this process, with
+ * the default grain.  --grain G adds ws at every thread count with grain G
  * (sched column "ws:G"): the same graph cut into smaller tiles, measured in
  * the same reps as the default, so the two can be compared pair by pair on a
  * noisy machine.  Every rep calls each config
@@ -49,10 +52,14 @@
 #define DEFAULT_REPS 11
 #define TARGET_REP_US 20000.0
 #define MAX_INNER 1000
-#define MAX_CONFIGS 32
+#define MAX_CONFIGS 40
+/* streams: branch loops per region (its time per call is per lap) */
+#define STREAM_LAPS 8
 
-typedef enum sched_kind { SCHED_WS, SCHED_OMP, SCHED_SEQ, SCHED_DIRECT, SCHED_OMPFOR } sched_kind;
-static const char *const SCHED_NAMES[] = {"ws", "omp", "seq", "direct", "ompfor"};
+typedef enum sched_kind {
+  SCHED_WS, SCHED_OMP, SCHED_SEQ, SCHED_DIRECT, SCHED_OMPFOR, SCHED_STREAMS
+} sched_kind;
+static const char *const SCHED_NAMES[] = {"ws", "omp", "seq", "direct", "ompfor", "streams"};
 
 typedef struct config {
   sched_kind sched;
@@ -166,17 +173,25 @@ static void direct_call(model *m, float *out) {
 /* The hand-written parallel baseline (what a user would write without
  * graft): one `omp parallel` region, the branches shared by `omp for`
  * (static), each into its own buffers, then the outputs summed elementwise
- * by a second `omp for`, pairwise in the tree order of the graph. */
-static void ompfor_call(model *m, int threads, float *out) {
+ * by a second `omp for`, pairwise in the tree order of the graph.  With
+ * laps > 1 (streams) the branch loop runs laps times before the sum, with
+ * no barrier between laps: a static schedule gives each thread the same
+ * branches every lap, so it computes the same result, and the time per lap
+ * is what the machine gives this work with neither the start of a
+ * parallel region nor the wait for its slowest thread in every call. */
+static void ompfor_call(model *m, int threads, int laps, float *out) {
   const int n = BATCH * WIDTH;
 #pragma omp parallel num_threads(threads)
   {
-#pragma omp for schedule(static)
-    for (int b = 0; b < BRANCHES; b++) {
-      float *h = m->hb + (size_t)b * n, *y = m->yb + (size_t)b * n;
-      direct_layer(m->x, m->w1[b], m->b1[b], 1, h);
-      direct_layer(h, m->w2[b], m->b2[b], 0, y);
+    for (int lap = 0; lap < laps; lap++) {
+#pragma omp for schedule(static) nowait
+      for (int b = 0; b < BRANCHES; b++) {
+        float *h = m->hb + (size_t)b * n, *y = m->yb + (size_t)b * n;
+        direct_layer(m->x, m->w1[b], m->b1[b], 1, h);
+        direct_layer(h, m->w2[b], m->b2[b], 0, y);
+      }
     }
+#pragma omp barrier
 #pragma omp for schedule(static)
     for (int i = 0; i < n; i++) {
       float v[BRANCHES];
@@ -221,12 +236,13 @@ static void add_scaled(sched_kind s, long cpus, int64_t grain) {
     if (threads[i] <= 4 || threads[i] <= cpus) add_config(s, threads[i], grain);
 }
 
-/* ws, omp, ompfor, and ws at grain (when not 0), scaled; then seq and
- * direct. */
+/* ws, omp, ompfor, streams, and ws at grain (when not 0), scaled; then
+ * seq and direct. */
 static void plan_configs(long cpus, int64_t grain) {
   add_scaled(SCHED_WS, cpus, 0);
   add_scaled(SCHED_OMP, cpus, 0);
   add_scaled(SCHED_OMPFOR, cpus, 0);
+  add_scaled(SCHED_STREAMS, cpus, 0);
   if (grain) add_scaled(SCHED_WS, cpus, grain);
   add_config(SCHED_SEQ, 1, 0);
   add_config(SCHED_DIRECT, 1, 0);
@@ -261,6 +277,13 @@ static int create_configs(model *m) {
                cf->threads);
       continue;
     }
+    if (cf->sched == SCHED_STREAMS) {
+      snprintf(cf->describe, sizeof cf->describe,
+               "ompfor's code with the branch loop run %d times per region (no barrier "
+               "between), time per lap: the ceiling at %d threads",
+               STREAM_LAPS, cf->threads);
+      continue;
+    }
     if (bench_runtime_create(SCHED_NAMES[cf->sched], cf->threads, cf->grain, NULL, &cf->rt,
                              cf->describe, sizeof cf->describe) ||
         bench_function_create(cf->rt, "branches", trace_branches, m, 1, 1, &cf->f))
@@ -281,8 +304,9 @@ static int call_config(config *cf, model *m, graft_tensor *x, graft_tensor *out)
     direct_call(m, graft_tensor_data(out));
     return 0;
   }
-  if (cf->sched == SCHED_OMPFOR) {
-    ompfor_call(m, cf->threads, graft_tensor_data(out));
+  if (cf->sched == SCHED_OMPFOR || cf->sched == SCHED_STREAMS) {
+    ompfor_call(m, cf->threads, cf->sched == SCHED_STREAMS ? STREAM_LAPS : 1,
+                graft_tensor_data(out));
     return 0;
   }
   return bench_report(graft_function_call(cf->f, 1, &x, 1, &out), "graft_function_call", cf->f);
@@ -314,7 +338,7 @@ static int run_timed(void *ctx, int c) {
   config *cf = &CONFIGS[c];
   for (int i = 0; i < cf->inner; i++)
     if (call_config(cf, r->m, r->x, r->out)) return -1;
-  return cf->inner;
+  return cf->sched == SCHED_STREAMS ? cf->inner * STREAM_LAPS : cf->inner;
 }
 
 static int run_check(void *ctx, int c) {
@@ -344,17 +368,19 @@ static int run(model *m, int reps) {
     cf->inner = bench_calls_per_rep(bench_now_us() - t0, TARGET_REP_US, 100, MAX_INNER);
   }
   if (bench_timed_reps(n_configs, reps, t, run_timed, run_check, &r)) goto done;
+  /* Pairs first: the medians below sort each config's times. */
+  for (int c = 0; c < n_configs; c++) {
+    CONFIGS[c].vs_default = NAN;
+    int d = CONFIGS[c].grain ? config_index(CONFIGS[c].sched, CONFIGS[c].threads, 0) : -1;
+    if (d < 0) continue;
+    for (int i = 0; i < reps; i++) ratio[i] = t[c * reps + i] / t[d * reps + i];
+    CONFIGS[c].vs_default = bench_median(ratio, reps);
+  }
   for (int c = 0; c < n_configs; c++) {
     char what[48], name[32];
     snprintf(what, sizeof what, "%s/%d", config_name(&CONFIGS[c], name, sizeof name),
              CONFIGS[c].threads);
     CONFIGS[c].median_us = bench_median_min(&t[c * reps], reps, &CONFIGS[c].min_us);
-    CONFIGS[c].vs_default = NAN;
-    int d = CONFIGS[c].grain ? config_index(CONFIGS[c].sched, CONFIGS[c].threads, 0) : -1;
-    if (d >= 0) {
-      for (int i = 0; i < reps; i++) ratio[i] = t[c * reps + i] / t[d * reps + i];
-      CONFIGS[c].vs_default = bench_median(ratio, reps);
-    }
     bench_warn_traced(CONFIGS[c].f, what);
   }
   rc = 0;
@@ -404,7 +430,8 @@ static void print_rows(const options *opt, int reps, long cpus) {
   double seq = CONFIGS[config_index(SCHED_SEQ, 1, 0)].median_us;
   for (int c = 0; c < n_configs; c++) {
     const config *cf = &CONFIGS[c];
-    int omp = cf->sched == SCHED_WS || cf->sched == SCHED_OMP || cf->sched == SCHED_OMPFOR
+    int omp = cf->sched == SCHED_WS || cf->sched == SCHED_OMP || cf->sched == SCHED_OMPFOR ||
+                      cf->sched == SCHED_STREAMS
                   ? config_index(SCHED_OMP, cf->threads, 0)
                   : -1;
     double vs_omp = omp >= 0 ? cf->median_us / CONFIGS[omp].median_us : NAN;
