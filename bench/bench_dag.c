@@ -18,6 +18,8 @@
  * rep calls each function once, rotating which goes first.  The runtimes are
  *   ws  x {1, 2} threads   work-stealing executor
  *   omp x {1, 2} threads   OpenMP tasks with depend clauses (the baseline)
+ *                          (and both at --threads N, for a machine with more
+ *                          cores)
  *   seq                    the sequential executor: a plain loop over the
  *                          same compiled nodes calling the same kernels
  * all in this process, with a grain far above one element so no node is
@@ -27,7 +29,7 @@
  * (1 = the cost per node does not depend on the graph's size).
  * Every call's output is checked against the same DAG evaluated on the host.
  *
- * Usage: bench_dag [--json] [--nodes N] [--reps R] [--dag NAME]...
+ * Usage: bench_dag [--json] [--nodes N] [--reps R] [--dag NAME]... [--threads N]
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, open_memstream (bench_common.h) */
 
@@ -54,6 +56,8 @@
 #define SLOW_FIRST_CALL_S 5.0
 /* Far above one element: every rank-0 node is one task. */
 #define GRAIN ((int64_t)1 << 30)
+/* --threads at most */
+#define MAX_THREADS 1024
 
 /* ---- host-side DAG descriptions ---------------------------------------- */
 
@@ -290,16 +294,19 @@ typedef struct config {
   char describe[256];
 } config;
 
-#define N_CONFIGS 5
-static config CONFIGS[N_CONFIGS] = {
+/* ws and omp at 1 and 2 threads, seq; --threads N adds ws and omp at N. */
+#define MAX_CONFIGS 7
+static config CONFIGS[MAX_CONFIGS] = {
     {SCHED_WS, 1, NULL, ""},  {SCHED_WS, 2, NULL, ""},  {SCHED_OMP, 1, NULL, ""},
     {SCHED_OMP, 2, NULL, ""}, {SCHED_SEQ, 1, NULL, ""},
 };
+static int n_configs = 5;
 
 typedef struct options {
   int json;
   int64_t nodes;
   int reps;
+  int threads;    /* --threads: ws and omp also at this count; 0: none */
   unsigned dag_mask;
 } options;
 
@@ -307,11 +314,11 @@ typedef struct options {
 typedef struct measurement {
   int64_t nodes; /* compute nodes */
   int reps;
-  double ns_per_node[N_CONFIGS];
-  double min_ns_per_node[N_CONFIGS]; /* fastest rep: the least disturbed */
-  double compile_ms[N_CONFIGS], planner_ms[N_CONFIGS];
-  int64_t arena_bytes[N_CONFIGS];
-  int64_t live_nodes[N_CONFIGS], tiles[N_CONFIGS], steals[N_CONFIGS];
+  double ns_per_node[MAX_CONFIGS];
+  double min_ns_per_node[MAX_CONFIGS]; /* fastest rep: the least disturbed */
+  double compile_ms[MAX_CONFIGS], planner_ms[MAX_CONFIGS];
+  int64_t arena_bytes[MAX_CONFIGS];
+  int64_t live_nodes[MAX_CONFIGS], tiles[MAX_CONFIGS], steals[MAX_CONFIGS];
 } measurement;
 
 static int check_output(const dag *d, const graft_tensor *out, const char *sched, int threads) {
@@ -328,7 +335,7 @@ typedef struct measure_ctx {
   const dag *d;
   graft_tensor *const *in;
   graft_tensor *out;
-  graft_function *f[N_CONFIGS];
+  graft_function *f[MAX_CONFIGS];
 } measure_ctx;
 
 static int measure_call(void *ctx, int c) {
@@ -348,13 +355,13 @@ static int measure_check(void *ctx, int c) {
 static int measure(const dag *d, int reps, graft_tensor *const *in, graft_tensor *out,
                    measurement *m) {
   measure_ctx x = {.d = d, .in = in, .out = out};
-  double *t = malloc((size_t)(N_CONFIGS * reps) * sizeof *t);
+  double *t = malloc((size_t)(n_configs * reps) * sizeof *t);
   int rc = -1;
   if (!t) return bench_oom();
   memset(m, 0, sizeof *m);
   m->nodes = d->n;
   m->reps = reps;
-  for (int c = 0; c < N_CONFIGS; c++) {
+  for (int c = 0; c < n_configs; c++) {
     const config *cf = &CONFIGS[c];
     if (bench_function_create(cf->rt, DAG_NAMES[d->kind], trace_dag, (void *)d, N_INPUTS, 1,
                               &x.f[c]))
@@ -379,8 +386,8 @@ static int measure(const dag *d, int reps, graft_tensor *const *in, graft_tensor
               " units for %" PRId64 " compute nodes\n",
               DAG_NAMES[d->kind], SCHED_NAMES[cf->sched], cf->threads, st.tiles, d->n);
   }
-  if (bench_timed_reps(N_CONFIGS, reps, t, measure_call, measure_check, &x)) goto done;
-  for (int c = 0; c < N_CONFIGS; c++) {
+  if (bench_timed_reps(n_configs, reps, t, measure_call, measure_check, &x)) goto done;
+  for (int c = 0; c < n_configs; c++) {
     graft_plan_stats st;
     if (bench_report(graft_function_stats(x.f[c], &st), "graft_function_stats", x.f[c])) goto done;
     m->steals[c] = st.steals;
@@ -391,13 +398,13 @@ static int measure(const dag *d, int reps, graft_tensor *const *in, graft_tensor
   }
   rc = 0;
 done:
-  for (int c = 0; c < N_CONFIGS; c++) graft_function_destroy(x.f[c]);
+  for (int c = 0; c < n_configs; c++) graft_function_destroy(x.f[c]);
   free(t);
   return rc;
 }
 
 static int config_index(sched_kind s, int threads) {
-  for (int c = 0; c < N_CONFIGS; c++)
+  for (int c = 0; c < n_configs; c++)
     if (CONFIGS[c].sched == s && CONFIGS[c].threads == threads) return c;
   return -1;
 }
@@ -408,7 +415,7 @@ static void print_rows(const options *opt, dag_kind kind, const measurement *m,
                        const measurement *small, long nproc) {
   int seq = config_index(SCHED_SEQ, 1);
   double seq_ns = m->ns_per_node[seq];
-  for (int c = 0; c < N_CONFIGS; c++) {
+  for (int c = 0; c < n_configs; c++) {
     const config *cf = &CONFIGS[c];
     int omp = config_index(SCHED_OMP, cf->threads);
     double ns = m->ns_per_node[c];
@@ -446,17 +453,17 @@ static void print_rows(const options *opt, dag_kind kind, const measurement *m,
 }
 
 static void print_header(const bench_info *info, const options *opt) {
-  bench_kv extra[N_CONFIGS + 1];
-  char keys[N_CONFIGS][32];
+  bench_kv extra[MAX_CONFIGS + 1];
+  char keys[MAX_CONFIGS][32];
   char grain[32];
   snprintf(grain, sizeof grain, "%" PRId64, (int64_t)GRAIN);
-  for (int c = 0; c < N_CONFIGS; c++)
+  for (int c = 0; c < n_configs; c++)
     extra[c] = bench_runtime_kv(keys[c], sizeof keys[c], SCHED_NAMES[CONFIGS[c].sched],
                                 CONFIGS[c].threads, CONFIGS[c].describe);
-  extra[N_CONFIGS] = (bench_kv){"grain", grain};
+  extra[n_configs] = (bench_kv){"grain", grain};
   bench_header_print(info, "bench_dag",
                      "ns per node of ws, omp and seq on ~N-node DAGs of rank-0 f32 ops", extra,
-                     N_CONFIGS + 1, opt->json);
+                     n_configs + 1, opt->json);
   if (opt->json) return;
   printf("# median_ns_per_node = median call time / compute nodes (after a warm-up call that\n"
          "# traces and compiles); ratio_vs_seq, ratio_vs_omp: over seq and over omp at the same\n"
@@ -475,18 +482,30 @@ static void print_header(const bench_info *info, const options *opt) {
 
 static void usage(FILE *to) {
   fprintf(to,
-          "usage: bench_dag [--json] [--nodes N] [--reps R] [--dag NAME]...\n"
+          "usage: bench_dag [--json] [--nodes N] [--reps R] [--dag NAME]... [--threads N]\n"
           "  --json       one JSON object per line (a header, then one per row)\n"
           "  --nodes N    nodes of the large graphs (%d..%d, default %d); every family\n"
           "               also runs at N / 10 for the growth column\n"
           "  --reps R     timed calls per config at N (>= %d, default %d); N / 10 gets %dx\n"
-          "  --dag NAME   chain, fanout, tree or wavefront; repeatable (default: all)\n",
-          MIN_NODES, MAX_NODES, DEFAULT_NODES, MIN_REPS, DEFAULT_REPS, SMALL_REPS_FACTOR);
+          "  --dag NAME   chain, fanout, tree or wavefront; repeatable (default: all)\n"
+          "  --threads N  also ws and omp at N threads (3..%d)\n",
+          MIN_NODES, MAX_NODES, DEFAULT_NODES, MIN_REPS, DEFAULT_REPS, SMALL_REPS_FACTOR,
+          MAX_THREADS);
 }
 
-/* --nodes and --dag (bench_parse_args). */
+/* --nodes, --dag and --threads (bench_parse_args). */
 static int own_option(void *ctx, const char *arg, const char *val) {
   options *opt = ctx;
+  if (strcmp(arg, "--threads") == 0 && val) {
+    char *end;
+    long n = strtol(val, &end, 10);
+    if (*end || end == val || n < 3 || n > MAX_THREADS) {
+      fprintf(stderr, "bench_dag: --threads needs an integer in 3..%d\n", MAX_THREADS);
+      return -1;
+    }
+    opt->threads = (int)n;
+    return 2;
+  }
   if (strcmp(arg, "--nodes") == 0 && val) {
     char *end;
     long long n = strtoll(val, &end, 10);
@@ -518,11 +537,15 @@ static int parse_args(int argc, char **argv, options *opt) {
                        own_option, opt))
     return -1;
   if (!opt->dag_mask) opt->dag_mask = (1u << N_DAGS) - 1;
+  if (opt->threads) {
+    CONFIGS[n_configs++] = (config){SCHED_WS, opt->threads, NULL, ""};
+    CONFIGS[n_configs++] = (config){SCHED_OMP, opt->threads, NULL, ""};
+  }
   return 0;
 }
 
 static int create_runtimes(void) {
-  for (int c = 0; c < N_CONFIGS; c++)
+  for (int c = 0; c < n_configs; c++)
     if (bench_runtime_create(SCHED_NAMES[CONFIGS[c].sched], CONFIGS[c].threads, GRAIN, NULL,
                              &CONFIGS[c].rt, CONFIGS[c].describe, sizeof CONFIGS[c].describe))
       return -1;
@@ -580,7 +603,7 @@ int main(int argc, char **argv) {
 done:
   graft_tensor_destroy(out);
   for (int i = 0; i < N_INPUTS; i++) graft_tensor_destroy(in[i]);
-  for (int c = 0; c < N_CONFIGS; c++) graft_runtime_destroy(CONFIGS[c].rt);
+  for (int c = 0; c < n_configs; c++) graft_runtime_destroy(CONFIGS[c].rt);
   bench_info_free(&info);
   if (failures) fprintf(stderr, "bench_dag: %d experiment(s) failed\n", failures);
   return failures ? 1 : 0;

@@ -11,7 +11,9 @@
  * worker hands the upper half of it to its deque only while some worker is
  * hungry, so a wide fan-out (or a million sources) costs one push per split,
  * not one per node.  Idle workers steal, victims of their own domain first,
- * then the others; they spin briefly, then yield, then sleep.  Tiles of
+ * then the others; they spin briefly, then yield, then sleep (20 us at most,
+ * on a futex that a push wakes while some sleep, and that every worker
+ * leaving the call wakes, so a call's end never waits out a sleep).  Tiles of
  * deferred nodes (big side work off the critical path, tiles.c) wait in a
  * second deque per worker, popped or stolen only when no other work is
  * found.  Nothing on the hot path takes a lock or allocates (deques are
@@ -24,11 +26,17 @@
  * one thread anyway (or traces) runs the worker loop with no thieves: it
  * pops without the deque's fence and counts down without read-modify-write
  * instructions. */
+#include <limits.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "sched/chrome.h"
 #include "sched/deque.h"
@@ -63,7 +71,12 @@ struct graft__exec_state {
    * split it while this is non-zero.  Read on every range step, written
    * only when a worker runs dry or finds work again. */
   _Alignas(64) _Atomic int hungry;
-  char pad[64 - sizeof(_Atomic int)];
+  /* Workers asleep in backoff, and the word they sleep on: bumped (and
+   * the sleepers woken) when work is pushed while some sleep, and when a
+   * worker leaves the call, so the region's end never waits out a sleep. */
+  _Alignas(64) _Atomic int sleepers;
+  _Atomic int wake;
+  char pad[64 - 2 * sizeof(_Atomic int)];
 };
 
 /* Range items: bit 63 set, bit 62 = a slice of p->sources (else of p->succ),
@@ -162,6 +175,36 @@ static void fail(ctx *c, uint32_t i, graft_status st, const char *reason) {
   atomic_store_explicit(&c->s->cancel, 1, memory_order_release);
 }
 
+/* Sleep on *w while it holds v, for ns nanoseconds at most; wake n
+ * sleepers of s->wake (after bumping it: a worker about to sleep on the old
+ * value then does not).  Without futexes: a plain sleep, and sleepers see
+ * work when it ends. */
+static void sleep_on(_Atomic int *w, int v, long ns) {
+  struct timespec ts = {0, ns};
+#if defined(__linux__)
+  syscall(SYS_futex, (int *)w, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0);
+#else
+  (void)w, (void)v;
+  nanosleep(&ts, NULL);
+#endif
+}
+
+static void wake_sleepers(struct graft__exec_state *s, int n) {
+#if defined(__linux__)
+  syscall(SYS_futex, (int *)&s->wake, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+#else
+  (void)s, (void)n;
+#endif
+}
+
+/* Work was pushed: wake a sleeper, if any (one relaxed load otherwise). */
+static inline void nudge(ctx *c) {
+  if (atomic_load_explicit(&c->s->sleepers, memory_order_relaxed)) {
+    atomic_fetch_add(&c->s->wake, 1);
+    wake_sleepers(c->s, 1);
+  }
+}
+
 /* Push item (of order position i) onto dq, or cancel the call. */
 static inline void push_or_fail(ctx *c, graft__deque *dq, uint32_t i, uint64_t item) {
   if (graft__deque_push(dq, item) != GRAFT_OK) fail(c, i, GRAFT_ENOMEM, "out of memory growing a task deque");
@@ -173,9 +216,11 @@ static inline __attribute__((always_inline)) void ready(ctx *c, worker *me, loca
   if (c->p->kargs[i].defer && !c->solo) {
     for (int32_t t = c->p->tiling[i].n - 1; t >= 0; t--)
       push_or_fail(c, &me->later, i, ((uint64_t)i << 32) | (uint32_t)t);
+    nudge(c);
     return;
   }
-  if (!c->p->kargs[i].whole)
+  int pushed = !c->p->kargs[i].whole;
+  if (pushed)
     for (int32_t t = c->p->tiling[i].n - 1; t >= 1; t--)
       push_or_fail(c, &me->dq, i, ((uint64_t)i << 32) | (uint32_t)t);
   if (!l->have_next) {
@@ -183,7 +228,9 @@ static inline __attribute__((always_inline)) void ready(ctx *c, worker *me, loca
     l->have_next = 1;
   } else {
     push_or_fail(c, &me->dq, i, (uint64_t)i << 32);
+    pushed = 1;
   }
+  if (pushed && !c->solo) nudge(c);
 }
 
 /* [a, b) of p->sources (src) or p->succ becomes the private range; a range
@@ -192,6 +239,7 @@ static inline void take_range(ctx *c, worker *me, local *l, int src, uint32_t a,
   if (l->r0 < l->r1) {
     const uint32_t *arr = l->src ? c->p->sources : c->p->succ;
     push_or_fail(c, &me->dq, arr[l->r0], range_item(l->src, l->r0, l->r1));
+    if (!c->solo) nudge(c);
   }
   l->src = src;
   l->r0 = a;
@@ -291,7 +339,10 @@ static int finished(ctx *c) {
   return done == (int64_t)c->p->n_order;
 }
 
-static void backoff(unsigned *idle) {
+/* Spin, then yield, then sleep on s->wake (seen: its value before the
+ * caller last looked for work and checked for the end, so a push or an end
+ * since then cuts the sleep short). */
+static void backoff(struct graft__exec_state *s, unsigned *idle, int seen) {
   unsigned r = (*idle)++;
   if (r < 64) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -300,8 +351,9 @@ static void backoff(unsigned *idle) {
   } else if (r < 256) {
     sched_yield();
   } else {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
+    atomic_fetch_add(&s->sleepers, 1);
+    sleep_on(&s->wake, seen, 20000);
+    atomic_fetch_sub(&s->sleepers, 1);
   }
 }
 
@@ -343,6 +395,7 @@ static inline void maybe_split(ctx *c, worker *me, local *l) {
   uint32_t mid = l->r0 + (l->r1 - l->r0) / 2;
   const uint32_t *arr = l->src ? c->p->sources : c->p->succ;
   push_or_fail(c, &me->dq, arr[mid], range_item(l->src, mid, l->r1));
+  nudge(c);
   l->r1 = mid;
 }
 
@@ -371,8 +424,9 @@ static void worker_main(ctx *c, int wid) {
         atomic_fetch_add_explicit(&c->s->hungry, 1, memory_order_relaxed);
         atomic_store_explicit(&me->done, l.done, memory_order_release);
       }
+      int seen = atomic_load(&c->s->wake);
       if (finished(c)) break;
-      backoff(&idle);
+      backoff(c->s, &idle, seen);
       continue;
     }
     if (is_hungry) {
@@ -390,6 +444,11 @@ static void worker_main(ctx *c, int wid) {
     run_task(c, me, &l, wid, item);
   }
   if (is_hungry) atomic_fetch_sub_explicit(&c->s->hungry, 1, memory_order_relaxed);
+  /* The call is over (or cancelled): sleepers need not wait out their
+   * sleep to see it.  Bump first: one that counts itself a sleeper after
+   * the load below finds the word changed and does not sleep. */
+  atomic_fetch_add(&c->s->wake, 1);
+  if (atomic_load(&c->s->sleepers)) wake_sleepers(c->s, INT_MAX);
 }
 
 graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) {
