@@ -175,10 +175,8 @@ static void fail(ctx *c, uint32_t i, graft_status st, const char *reason) {
   atomic_store_explicit(&c->s->cancel, 1, memory_order_release);
 }
 
-/* Sleep on *w while it holds v, for ns nanoseconds at most; wake n
- * sleepers of s->wake (after bumping it: a worker about to sleep on the old
- * value then does not).  Without futexes: a plain sleep, and sleepers see
- * work when it ends. */
+/* Sleep on *w while it holds v, for ns nanoseconds at most.  Without
+ * futexes: a plain sleep, and sleepers see work when it ends. */
 static void sleep_on(_Atomic int *w, int v, long ns) {
   struct timespec ts = {0, ns};
 #if defined(__linux__)
@@ -189,6 +187,8 @@ static void sleep_on(_Atomic int *w, int v, long ns) {
 #endif
 }
 
+/* Wake n sleepers of s->wake; callers bump it first, so a worker about to
+ * sleep on the old value does not. */
 static void wake_sleepers(struct graft__exec_state *s, int n) {
 #if defined(__linux__)
   syscall(SYS_futex, (int *)&s->wake, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
@@ -339,9 +339,10 @@ static int finished(ctx *c) {
   return done == (int64_t)c->p->n_order;
 }
 
-/* Spin, then yield, then sleep on s->wake (seen: its value before the
- * caller last looked for work and checked for the end, so a push or an end
- * since then cuts the sleep short). */
+/* Spin, then yield, then sleep on s->wake (seen: its value read before the
+ * caller checked for the end, so an end since then cuts the sleep short; a
+ * push between the caller's last look for work and that read waits for the
+ * sleep's 20 us at most). */
 static void backoff(struct graft__exec_state *s, unsigned *idle, int seen) {
   unsigned r = (*idle)++;
   if (r < 64) {
