@@ -66,6 +66,14 @@ static inline int64_t graft__mm_tile_len(int64_t S, int64_t len, int64_t cap) {
  * 0 sequential, 1 pthreads, 2 OpenMP; -1 when the BLAS is not OpenBLAS.
  * Runs graft__blas_init first, so the answer is the one kernels run with. */
 int graft__blas_variant(void);
+/* OpenBLAS's name for the kernels it runs ("Prescott", "SkylakeX"), or
+ * NULL when the BLAS is not OpenBLAS. */
+const char *graft__blas_core(void);
+/* The OPENBLAS_CORETYPE that would run faster kernels than core on a CPU
+ * with AVX2 (avx2) and AVX-512F (avx512), or NULL when core is not one of
+ * the pre-AVX2 families; graft__blas_hint asks it about this machine. */
+const char *graft__blas_core_hint(const char *core, int avx2, int avx512);
+const char *graft__blas_hint(void);
 
 /* Reduction ops a graft__reduce_run call can perform. */
 enum graft__reduce_kind {

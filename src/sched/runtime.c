@@ -32,13 +32,14 @@ GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t 
   if (!rt) return snprintf(buf, len, "(null runtime)");
   return snprintf(buf, len,
                   "threads=%d sched=%s partition=%s(%s) domains=%d pus=%d topology=%s bind=%s "
-                  "grain=%lld memory=%s%.0d blas=%s trace=%s",
+                  "grain=%lld memory=%s%.0d blas=%s%s%s%s trace=%s",
                   rt->num_threads, graft__sched_name(rt->cfg.sched),
                   graft__level_name(rt->cfg.partition), graft__level_name(rt->level),
                   rt->n_domains, graft__topology_pus(rt->topo),
                   graft__topology_source(rt->topo), resolved_bind(rt) ? "true" : "false",
                   (long long)rt->cfg.grain, rt->cfg.lanes ? "lanes:" : "parallel",
-                  rt->cfg.lanes, blas_name(),
+                  rt->cfg.lanes, blas_name(), graft__blas_core() ? "(" : "",
+                  graft__blas_core() ? graft__blas_core() : "", graft__blas_core() ? ")" : "",
                   rt->cfg.trace_path ? rt->cfg.trace_path : "off");
 }
 
@@ -65,11 +66,19 @@ static void display(const graft_runtime *rt) {
   char buf[512];
   graft_runtime_describe(rt, buf, sizeof buf);
   fprintf(stderr, "graft: %s\n", buf);
+  /* (unless the user chose the kernels) */
+  const char *chosen = getenv("OPENBLAS_CORETYPE");
+  const char *hint = chosen && *chosen ? NULL : graft__blas_hint();
+  if (hint)
+    fprintf(stderr,
+            "graft: note: OpenBLAS runs its %s kernels, older than this CPU: "
+            "OPENBLAS_CORETYPE=%s (set before the program starts) selects faster ones\n",
+            graft__blas_core(), hint);
   if (rt->cfg.display_env < 2) return;
   static const char *const vars[] = {"GRAFT_NUM_THREADS", "GRAFT_SCHED", "GRAFT_PARTITION",
                                      "GRAFT_TOPOLOGY", "GRAFT_BIND", "GRAFT_GRAIN", "GRAFT_MEMORY",
                                      "GRAFT_TRACE", "OMP_NUM_THREADS", "OMP_PROC_BIND",
-                                     "OMP_PLACES", "OPENBLAS_NUM_THREADS"};
+                                     "OMP_PLACES", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"};
   for (size_t i = 0; i < GRAFT__COUNT(vars); i++) {
     const char *v = getenv(vars[i]);
     fprintf(stderr, "graft:   %s=%s\n", vars[i], v ? v : "(unset)");

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "kernels/kernels_int.h"
 #include "sched/sched.h"
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
@@ -436,6 +437,16 @@ static void test_graft_runtime_create__display_env(void **state) {
   char *text = stderr_of_create("true", &o);
   if (!strstr(text, "threads=3") || !strstr(text, "sched=omp"))
     fail_msg("GRAFT_DISPLAY_ENV=true printed '%s'", text);
+  /* The BLAS and its kernels; a note where OpenBLAS runs kernels older
+   * than the CPU (unless OPENBLAS_CORETYPE chose them), and none otherwise. */
+  const char *core = graft__blas_core(), *hint = graft__blas_hint();
+  const char *chosen = getenv("OPENBLAS_CORETYPE");
+  if (!strstr(text, "blas=") || (core && !strstr(text, core)))
+    fail_msg("GRAFT_DISPLAY_ENV=true printed '%s' (kernels %s)", text, core ? core : "-");
+  int noted = strstr(text, "note: OpenBLAS runs its") != NULL;
+  if (noted != (hint && !(chosen && *chosen)) || (noted && !strstr(text, hint)))
+    fail_msg("GRAFT_DISPLAY_ENV=true printed '%s' (hint %s)", text, hint ? hint : "none");
+  print_message("blas kernels %s, hint %s\n", core ? core : "-", hint ? hint : "none");
   free(text);
 
   o = opts_of(2, "ws");
@@ -452,6 +463,31 @@ static void test_graft_runtime_create__display_env(void **state) {
   text = stderr_of_create("false", &o);
   assert_string_equal(text, "");
   free(text);
+}
+
+/* Which OPENBLAS_CORETYPE would run faster kernels: only for a pre-AVX2
+ * family on a CPU with AVX2 (Haswell's kernels) or AVX-512 (SkylakeX's). */
+static void test_graft__blas_core_hint__old_kernels_on_new_cpus(void **state) {
+  (void)state;
+  static const struct {
+    const char *core;
+    int avx2, avx512;
+    const char *want;
+  } cases[] = {
+      {"Prescott", 1, 1, "SkylakeX"}, {"prescott", 1, 0, "Haswell"},
+      {"Sandybridge", 1, 1, "SkylakeX"}, {"NEHALEM", 1, 0, "Haswell"},
+      {"Prescott", 0, 0, NULL},         {"Haswell", 1, 1, NULL},
+      {"SkylakeX", 1, 1, NULL},         {"Cooperlake", 1, 1, NULL},
+      {"Zen", 1, 0, NULL},              {"", 1, 1, NULL},
+      {NULL, 1, 1, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *got = graft__blas_core_hint(cases[i].core, cases[i].avx2, cases[i].avx512);
+    if ((got == NULL) != (cases[i].want == NULL) || (got && strcmp(got, cases[i].want) != 0))
+      fail_msg("%s, avx2 %d, avx512 %d: %s, expected %s", cases[i].core ? cases[i].core : "NULL",
+               cases[i].avx2, cases[i].avx512, got ? got : "NULL",
+               cases[i].want ? cases[i].want : "NULL");
+  }
 }
 
 static void test_graft_runtime_describe__synthetic_topology(void **state) {
@@ -513,6 +549,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_graft_runtime_create__display_env, clean_env, clean_env),
       cmocka_unit_test_setup_teardown(test_graft_runtime_describe__synthetic_topology, clean_env,
                                       clean_env),
+      cmocka_unit_test(test_graft__blas_core_hint__old_kernels_on_new_cpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
