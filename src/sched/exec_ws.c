@@ -26,6 +26,7 @@
  * one thread anyway (or traces) runs the worker loop with no thieves: it
  * pops without the deque's fence and counts down without read-modify-write
  * instructions. */
+#include <errno.h>
 #include <limits.h>
 #include <omp.h>
 #include <sched.h>
@@ -176,15 +177,18 @@ static void fail(ctx *c, uint32_t i, graft_status st, const char *reason) {
 }
 
 /* Sleep on *w while it holds v, for ns nanoseconds at most.  Without
- * futexes: a plain sleep, and sleepers see work when it ends. */
+ * futexes (or where a sandbox refuses the call): a plain sleep, and
+ * sleepers see work when it ends. */
 static void sleep_on(_Atomic int *w, int v, long ns) {
   struct timespec ts = {0, ns};
 #if defined(__linux__)
-  syscall(SYS_futex, (int *)w, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0);
+  if (syscall(SYS_futex, (int *)w, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0) == 0 || errno == EAGAIN ||
+      errno == ETIMEDOUT || errno == EINTR)
+    return;
 #else
   (void)w, (void)v;
-  nanosleep(&ts, NULL);
 #endif
+  nanosleep(&ts, NULL);
 }
 
 /* Wake n sleepers of s->wake; callers bump it first, so a worker about to
