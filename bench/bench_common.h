@@ -390,6 +390,21 @@ typedef struct bench_opts {
   int reps;
 } bench_opts;
 
+/* The value of --threads (an extra thread count, 3..BENCH_MAX_THREADS,
+ * beyond the 1 and 2 every benchmark runs): 2 (arguments taken) with
+ * *threads set, or -1 after a message. */
+#define BENCH_MAX_THREADS 1024
+static inline int bench_opt_threads(const char *val, int *threads) {
+  char *end;
+  long n = strtol(val, &end, 10);
+  if (*end || end == val || n < 3 || n > BENCH_MAX_THREADS) {
+    fprintf(stderr, BENCH_PROG ": --threads needs an integer in 3..%d\n", BENCH_MAX_THREADS);
+    return -1;
+  }
+  *threads = (int)n;
+  return 2;
+}
+
 /* bench_parse_args into opt; reps is default_reps unless given. */
 static inline int bench_opts_parse(int argc, char **argv, bench_opts *opt, int min_reps,
                                    int default_reps, int max_reps, void (*usage)(FILE *)) {

@@ -56,8 +56,6 @@
 #define SLOW_FIRST_CALL_S 5.0
 /* Far above one element: every rank-0 node is one task. */
 #define GRAIN ((int64_t)1 << 30)
-/* --threads at most */
-#define MAX_THREADS 1024
 
 /* ---- host-side DAG descriptions ---------------------------------------- */
 
@@ -490,22 +488,13 @@ static void usage(FILE *to) {
           "  --dag NAME   chain, fanout, tree or wavefront; repeatable (default: all)\n"
           "  --threads N  also ws and omp at N threads (3..%d)\n",
           MIN_NODES, MAX_NODES, DEFAULT_NODES, MIN_REPS, DEFAULT_REPS, SMALL_REPS_FACTOR,
-          MAX_THREADS);
+          BENCH_MAX_THREADS);
 }
 
 /* --nodes, --dag and --threads (bench_parse_args). */
 static int own_option(void *ctx, const char *arg, const char *val) {
   options *opt = ctx;
-  if (strcmp(arg, "--threads") == 0 && val) {
-    char *end;
-    long n = strtol(val, &end, 10);
-    if (*end || end == val || n < 3 || n > MAX_THREADS) {
-      fprintf(stderr, "bench_dag: --threads needs an integer in 3..%d\n", MAX_THREADS);
-      return -1;
-    }
-    opt->threads = (int)n;
-    return 2;
-  }
+  if (strcmp(arg, "--threads") == 0 && val) return bench_opt_threads(val, &opt->threads);
   if (strcmp(arg, "--nodes") == 0 && val) {
     char *end;
     long long n = strtoll(val, &end, 10);
