@@ -430,8 +430,8 @@ static void print_rows(const options *opt, int reps, long cpus) {
   double seq = CONFIGS[config_index(SCHED_SEQ, 1, 0)].median_us;
   for (int c = 0; c < n_configs; c++) {
     const config *cf = &CONFIGS[c];
-    int omp = cf->sched == SCHED_WS || cf->sched == SCHED_OMP || cf->sched == SCHED_OMPFOR ||
-                      cf->sched == SCHED_STREAMS
+    /* (seq and direct have no omp row at their thread count to compare with) */
+    int omp = cf->sched != SCHED_SEQ && cf->sched != SCHED_DIRECT
                   ? config_index(SCHED_OMP, cf->threads, 0)
                   : -1;
     double vs_omp = omp >= 0 ? cf->median_us / CONFIGS[omp].median_us : NAN;

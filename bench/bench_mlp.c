@@ -188,6 +188,21 @@ static const char *const GV_NAMES[] = {"gemm", "gemm_tiles", "gemm_omp2", "gemm_
  * parallel for num_threads(N) (the baseline of ws at N threads); 0: none. */
 static int g_split;
 
+/* One GEMM in n row blocks under omp parallel for num_threads(n); 1 if the
+ * first two ran on distinct OpenMP threads. */
+static int gemm_split(const gemm *g, int n) {
+  int tid[2] = {-1, -1};
+  /* The build always has OpenMP; a syntax check without it sees no pragma. */
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(n) schedule(static)
+#endif
+  for (int h = 0; h < n; h++) {
+    gemm_rows(g, h * g->M / n, (h + 1) * g->M / n);
+    if (h < 2) tid[h] = omp_get_thread_num();
+  }
+  return tid[0] != tid[1];
+}
+
 /* One GEMM as the variant cuts it; 1 if the two halves ran on distinct
  * OpenMP threads (GV_HALVES), else 0. */
 static int gemm_run(const gemm *g, gemm_variant v) {
@@ -206,22 +221,9 @@ static int gemm_run(const gemm *g, gemm_variant v) {
       else
         gemm_cols(g, u, u1);
     }
-  } else if (v == GV_SPLIT) {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(g_split) schedule(static)
-#endif
-    for (int h = 0; h < g_split; h++) gemm_rows(g, h * g->M / g_split, (h + 1) * g->M / g_split);
   } else {
-    int tid[2] = {-1, -1};
-    /* The build always has OpenMP; a syntax check without it sees no pragma. */
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(2) schedule(static)
-#endif
-    for (int h = 0; h < 2; h++) {
-      gemm_rows(g, h * g->M / 2, (h + 1) * g->M / 2);
-      tid[h] = omp_get_thread_num();
-    }
-    return tid[0] != tid[1];
+    int par = gemm_split(g, v == GV_SPLIT ? g_split : 2);
+    return v == GV_HALVES && par;
   }
   return 0;
 }

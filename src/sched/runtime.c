@@ -30,6 +30,7 @@ static const char *blas_name(void) {
 
 GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t len) {
   if (!rt) return snprintf(buf, len, "(null runtime)");
+  const char *core = graft__blas_core();
   return snprintf(buf, len,
                   "threads=%d sched=%s partition=%s(%s) domains=%d pus=%d topology=%s bind=%s "
                   "grain=%lld memory=%s%.0d blas=%s%s%s%s trace=%s",
@@ -38,8 +39,7 @@ GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t 
                   rt->n_domains, graft__topology_pus(rt->topo),
                   graft__topology_source(rt->topo), resolved_bind(rt) ? "true" : "false",
                   (long long)rt->cfg.grain, rt->cfg.lanes ? "lanes:" : "parallel",
-                  rt->cfg.lanes, blas_name(), graft__blas_core() ? "(" : "",
-                  graft__blas_core() ? graft__blas_core() : "", graft__blas_core() ? ")" : "",
+                  rt->cfg.lanes, blas_name(), core ? "(" : "", core ? core : "", core ? ")" : "",
                   rt->cfg.trace_path ? rt->cfg.trace_path : "off");
 }
 
