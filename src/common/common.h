@@ -36,8 +36,35 @@ void graft__vmsgf(char *buf, const char *fmt, va_list ap);
 /* "[256,784]" (symbols as "s0", "s1"); writes at most len bytes. */
 void graft__shape_str(char *buf, size_t len, int rank, const int64_t *dims);
 
-/* Product of dims (1 for rank 0); -1 if a dim is negative or it overflows. */
+/* ---- checked sizes (size.c): the one place sizes are multiplied and
+ * summed with overflow checks ------------------------------------------ */
+/* Bytes one value (a tensor, a variable, an intermediate) may take: far
+ * above any real buffer, and low enough that tile counts, slot rounding and
+ * work estimates derived from a checked size cannot overflow. */
+#define GRAFT__MAX_VALUE_BYTES_LOG2 48
+#define GRAFT__MAX_VALUE_BYTES ((int64_t)1 << GRAFT__MAX_VALUE_BYTES_LOG2)
+/* Bytes of all of a plan's values together (no reuse): bounds every sum the
+ * memory planner forms. */
+#define GRAFT__MAX_PLAN_BYTES_LOG2 62
+#define GRAFT__MAX_PLAN_BYTES ((int64_t)1 << GRAFT__MAX_PLAN_BYTES_LOG2)
+/* *out = a * b (a + b) for a, b >= 0; returns -1 (out untouched) on a
+ * negative operand or overflow, else 0. */
+int graft__size_mul(int64_t a, int64_t b, int64_t *out);
+int graft__size_add(int64_t a, int64_t b, int64_t *out);
+/* Saturating versions for estimates (work, costs): INT64_MAX on overflow;
+ * mul gives 0 for an operand <= 0. */
+int64_t graft__size_mul_sat(int64_t a, int64_t b);
+int64_t graft__size_add_sat(int64_t a, int64_t b);
+/* Product of dims (1 for rank 0; 0 when any dim is 0, whatever the others
+ * are); -1 if a dim is negative or the product overflows. */
 int64_t graft__numel(int rank, const int64_t *dims);
+/* Check that a value of dtype dt and shape dims can exist: dims >= 0, the
+ * element count fits int64 and the bytes GRAFT__MAX_VALUE_BYTES.  Returns
+ * GRAFT_OK with *numel and *bytes (either may be NULL), or GRAFT_ESHAPE
+ * (negative dim, count overflow) / GRAFT_ENOMEM (too many bytes) with the
+ * reason, naming the shape, in why (may be NULL). */
+graft_status graft__size_check(int rank, const int64_t *dims, graft_dtype dt, int64_t *numel,
+                               int64_t *bytes, char *why, size_t why_len);
 
 double graft__now_us(void);
 

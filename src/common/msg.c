@@ -31,16 +31,6 @@ void graft__shape_str(char *buf, size_t len, int rank, const int64_t *dims) {
   if (at < len) snprintf(buf + at, len - at, "]");
 }
 
-int64_t graft__numel(int rank, const int64_t *dims) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) {
-    if (dims[i] < 0) return -1;
-    if (dims[i] && n > INT64_MAX / dims[i]) return -1;
-    n *= dims[i];
-  }
-  return n;
-}
-
 double graft__now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
