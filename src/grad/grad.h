@@ -67,8 +67,12 @@ graft_value *graft__grad_mask_not(graft_trace *t, graft_value *c, graft_value *v
  * scalars of a's dtype.  Each masked branch gets a safe argument (b - 1 ->
  * 0, a -> 1) so that its own derivative, which higher derivatives multiply
  * by 0, is finite rather than inf (0 * inf = NaN).
- * d a^b / da = b a^(b-1), taken as 0 where b = 0 (a^0 is constant; the
- * formula is 0 * inf at a = 0). */
+ * d a^b / da = b a^(b-1), 0 at a = b = 0 (a^0 is constant; the formula is
+ * 0 * inf there).  Where a <= 0, a^b has no derivative in b (see
+ * graft__grad_pow_loga), so this factor is constant in b there: every
+ * mixed partial is then 0 in either order, and the Hessian symmetric.
+ * Where a > 0 it is the plain formula, exact at every order (b = 0
+ * included: d/db of it is 1/a there). */
 graft_value *graft__grad_pow_da(graft_trace *t, graft_value *a, graft_value *b, graft_value *zero,
                                 graft_value *one);
 /* log(a), with d a^b / db = log(a) a^b, taken as 0 where a <= 0: at a = 0

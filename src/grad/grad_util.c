@@ -32,11 +32,17 @@ graft_value *graft__grad_mask_not(graft_trace *t, graft_value *c, graft_value *v
 
 /* ---- pow ----------------------------------------------------------------- */
 
+/* b enters through stop_gradient where a <= 0, so that the factor's
+ * b-derivative matches graft__grad_pow_loga's a-derivative (both 0 there)
+ * and the mixed partials agree at every order.  The exponent is replaced
+ * only at a = b = 0, where b a^(b-1) would be 0 * inf: a guard on b = 0
+ * alone would also cut d/db (b a^(b-1)) = 1/a at a > 0, b = 0. */
 graft_value *graft__grad_pow_da(graft_trace *t, graft_value *a, graft_value *b, graft_value *zero,
                                 graft_value *one) {
-  graft_value *b0 = graft_equal(t, b, zero);
-  graft_value *bm1 = graft_where(t, b0, zero, graft_sub(t, b, one));
-  return graft__grad_mask_not(t, b0, graft_mul(t, b, graft_pow(t, a, bm1)));
+  graft_value *bc = graft_where(t, graft_greater(t, a, zero), b, graft_stop_gradient(t, b));
+  graft_value *origin = graft_mul(t, graft_equal(t, a, zero), graft_equal(t, b, zero));
+  graft_value *bm1 = graft_where(t, origin, zero, graft_sub(t, bc, one));
+  return graft_mul(t, bc, graft_pow(t, a, bm1));
 }
 
 graft_value *graft__grad_pow_loga(graft_trace *t, graft_value *a, graft_value *zero,

@@ -198,10 +198,11 @@ RULE_(DIV) {
   return NULL;
 }
 
-/* ta b a^(b-1) + tb log(a) y.  As in the VJP, the base term is 0 where
- * b = 0 and the exponent term 0 where a <= 0, and each masked branch gets
- * a safe argument (b - 1 -> 0, a -> 1) so that its own derivative, which
- * higher derivatives multiply by 0, is finite rather than inf. */
+/* ta b a^(b-1) + tb log(a) y.  As in the VJP, the base term is 0 at
+ * a = b = 0 and constant in b where a <= 0, the exponent term 0 where
+ * a <= 0, and each masked branch gets a safe argument (b - 1 -> 0, a -> 1)
+ * so that its own derivative, which higher derivatives multiply by 0, is
+ * finite rather than inf. */
 RULE_(POW) {
   UNUSED_(n);
   graft_value *a = in[0], *b = in[1], *ta = tin[0], *tb = tin[1];

@@ -8,7 +8,8 @@
  * Kinks and ties pick one side, never NaN: relu'(0) = 0, abs'(0) = 0,
  * maximum/minimum send a tie to b.  Poles keep their math (sqrt'(0) = inf,
  * log'(0) = inf); pow's exponent gradient is 0 where the base is <= 0
- * and its base gradient 0 where the exponent is 0, rather than NaN. */
+ * (at every order: its base gradient is then constant in the exponent)
+ * and its base gradient 0 at a = b = 0, rather than NaN. */
 #include "grad/grad.h"
 
 #define UNUSED_(x) (void)(x)
@@ -163,13 +164,15 @@ RULE_(DIV) {
   set2(t, in, ga, graft_neg(t, graft_mul(t, ga, y)), gx);
 }
 
-/* da = g b a^(b-1), taken as 0 where b = 0 (a^0 is constant; the formula
- * is 0 * inf at a = 0).  db = g log(a) y, taken as 0 where a <= 0: at a = 0
- * the limit of y log a is 0 for b > 0, and a < 0 has no real derivative in
- * b.  Each masked branch also gets a safe argument (b - 1 -> 0, a -> 1) so
- * that its own gradient, which higher derivatives multiply by 0, is finite
- * rather than inf (0 * inf = NaN).  The factors are graft__grad_pow_da and
- * graft__grad_pow_loga, shared with the JVP. */
+/* da = g b a^(b-1), taken as 0 at a = b = 0 (a^0 is constant; the
+ * formula is 0 * inf there).  db = g log(a) y, taken as 0 where a <= 0: at
+ * a = 0 the limit of y log a is 0 for b > 0, and a < 0 has no real
+ * derivative in b; so where a <= 0, da is also held constant in b, and the
+ * mixed partials agree (0 both ways).  Each masked branch also gets a safe
+ * argument (b - 1 -> 0, a -> 1) so that its own gradient, which higher
+ * derivatives multiply by 0, is finite rather than inf (0 * inf = NaN).
+ * The factors are graft__grad_pow_da and graft__grad_pow_loga, shared with
+ * the JVP. */
 RULE_(POW) {
   UNUSED_(n);
   graft_value *a = in[0], *b = in[1];
