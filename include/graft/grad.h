@@ -70,10 +70,14 @@ GRAFT_API graft_status graft_hvp(graft_trace *t, graft_value *y, int n_x, graft_
                                  graft_value *const *vs, graft_value **out);
 
 /* Dense Jacobian d y / d x as a value of shape y.shape + x.shape (both with
- * concrete dims).  graft_jacobian_fwd builds it column by column: numel(x)
- * JVPs, cheap when x is small.  graft_jacobian_rev builds it row by row:
- * numel(y) VJPs, cheap when y is small.  Meant for small problems (the
- * graph grows with the column or row count). */
+ * concrete dims) and y's dtype.  graft_jacobian_fwd builds it column by
+ * column: numel(x) JVPs, cheap when x is small.  graft_jacobian_rev builds
+ * it row by row: numel(y) VJPs, cheap when y is small.  Both give the same
+ * values (zeros where y does not depend on x).  x and y must be f32 or f64:
+ * an integer x or y (labels, indices) has no derivative, and either call
+ * fails with GRAFT_EDTYPE ("graft_jacobian_rev: x is i32; ...") rather than
+ * return zeros.  Meant for small problems (the graph grows with the column
+ * or row count). */
 GRAFT_API graft_status graft_jacobian_fwd(graft_trace *t, graft_value *y, graft_value *x,
                                           graft_value **out);
 GRAFT_API graft_status graft_jacobian_rev(graft_trace *t, graft_value *y, graft_value *x,

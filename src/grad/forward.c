@@ -118,6 +118,18 @@ static graft_status jacobian(graft_trace *t, graft_value *y, graft_value *x, int
   if (out) *out = NULL;
   if (t->status) return t->status;
   if (!y || !x || !out) return graft_trace_fail(t, GRAFT_EINVAL, "%s: NULL argument", fn);
+  graft_status st;
+  if ((st = graft__grad_check_values(t, fn, "y", 1, &y, 0)) ||
+      (st = graft__grad_check_values(t, fn, "x", 1, &x, 0)))
+    return st;
+  /* Integers have no derivative: a zero Jacobian would hide the mistake
+   * (reverse mode gives no gradient at all for them). */
+  for (int k = 0; k < 2; k++) {
+    graft_value *v = k ? y : x;
+    if (!graft__grad_is_float(v))
+      return graft_trace_fail(t, GRAFT_EDTYPE, "%s: %s is %s; a Jacobian needs f32 or f64 x and y",
+                              fn, k ? "y" : "x", graft_dtype_name(graft_value_dtype(v)));
+  }
   int64_t ny = concrete_numel(y), nx = concrete_numel(x);
   int ry = graft_value_rank(y), rx = graft_value_rank(x);
   if (ny < 0 || nx < 0)
@@ -145,6 +157,8 @@ static graft_status jacobian(graft_trace *t, graft_value *y, graft_value *x, int
     if (fwd) graft_jvp(t, 1, &x, &e, 1, &y, GRAFT_UNCONNECTED_ZERO, &d);
     else graft_gradients(t, 1, &y, &e, 1, &x, GRAFT_UNCONNECTED_ZERO, &d);
     int64_t shape[2] = {fwd ? flat_other : 1, fwd ? 1 : flat_other};
+    /* a row of reverse mode has x's dtype: the Jacobian has y's */
+    if (!fwd && graft_value_dtype(d) != graft_value_dtype(y)) d = graft_cast(t, d, graft_value_dtype(y));
     parts[k] = graft_reshape(t, d, 2, shape);
   }
   graft_value *j = NULL;

@@ -20,7 +20,8 @@
  * x^5 (exact); the four compositions of forward and reverse mode, each
  * against differences of the lower-order quantity; HVPs of sum(v^3)
  * (exact) and of an MLP loss; full Hessians and Jacobians by
- * graft_jacobian_fwd / _rev; and bitwise equality across schedulers and
+ * graft_jacobian_fwd / _rev (integer x or y refused by both, mixed float
+ * dtypes giving y's dtype both ways); and bitwise equality across schedulers and
  * thread counts. */
 #include <float.h>
 #include <setjmp.h>
@@ -1265,6 +1266,89 @@ static void test_graft_jacobian__fwd_and_rev_agree_and_match_fd(void **state) {
   gc_free(in, 1);
 }
 
+/* Jacobians of y over x for a case: y = op(x) with the dtypes below.
+ * out: graft_jacobian_fwd (which bit 1), then graft_jacobian_rev (bit 2). */
+enum jac_case { JC_INT_X, JC_INT_Y, JC_F32_TO_F64, JC_F64_TO_F32, JC_UNCONNECTED };
+
+typedef struct jac_run {
+  int c;
+  unsigned which;
+} jac_run;
+
+static graft_status jac_case_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  const jac_run *r = user;
+  graft_value *x = in[0], *y;
+  switch (r->c) {
+  case JC_INT_X: y = graft_sin(t, graft_cast(t, x, GRAFT_F64)); break;           /* x i32 */
+  case JC_INT_Y: y = graft_cast(t, graft_sin(t, x), GRAFT_I32); break;           /* x f64 */
+  case JC_F32_TO_F64: y = graft_cast(t, graft_sin(t, x), GRAFT_F64); break;      /* x f32 */
+  case JC_F64_TO_F32: y = graft_cast(t, graft_sin(t, x), GRAFT_F32); break;      /* x f64 */
+  default: y = graft_sin(t, graft_fill(t, GRAFT_F64, 1, (int64_t[]){2}, 0.5)); /* x f64 */
+  }
+  graft_status st = GRAFT_OK;
+  if (r->which & 1) st = graft_jacobian_fwd(t, y, x, out++);
+  if (!st && (r->which & 2)) st = graft_jacobian_rev(t, y, x, out);
+  return st;
+}
+
+/* Integers have no derivative: an i32 x or y fails either call with
+ * GRAFT_EDTYPE and a message naming the call and the argument, instead of
+ * a zero Jacobian (forward) or a reshape of nothing (reverse). */
+static void test_graft_jacobian__integer_x_or_y_is_edtype_in_both_modes(void **state) {
+  (void)state;
+  static const struct {
+    int c;
+    graft_dtype x_dt;
+    const char *what;
+  } cases[] = {{JC_INT_X, GRAFT_I32, "x is i32"}, {JC_INT_Y, GRAFT_F64, "y is i32"}};
+  const int64_t s3[] = {3};
+  for (size_t k = 0; k < TU_N_OF(cases); k++)
+    for (int rev = 0; rev < 2; rev++) {
+      graft_tensor *x = tu_tensor_from(cases[k].x_dt, 1, s3, (double[]){1, 2, 3}), *out[2] = {0};
+      char msg[512] = "", want[96];
+      jac_run r = {cases[k].c, rev ? 2u : 1u};
+      graft_status st = tu_run(g_rt, jac_case_cb, &r, 1, &x, 1, out, msg);
+      snprintf(want, sizeof want, "graft_jacobian_%s: %s", rev ? "rev" : "fwd", cases[k].what);
+      tu_assert_run_fails(st, GRAFT_EDTYPE, out[0], msg, want, cases[k].what);
+      graft_tensor_destroy(x);
+    }
+}
+
+/* Mixed float dtypes: both calls give y's dtype and the same values (the
+ * diagonal cos(x)); a y that does not depend on x gives zeros both ways. */
+static void test_graft_jacobian__mixed_dtypes_and_unconnected_agree(void **state) {
+  (void)state;
+  static const struct {
+    int c;
+    graft_dtype x_dt, y_dt;
+  } cases[] = {{JC_F32_TO_F64, GRAFT_F32, GRAFT_F64},
+               {JC_F64_TO_F32, GRAFT_F64, GRAFT_F32},
+               {JC_UNCONNECTED, GRAFT_F64, GRAFT_F64}};
+  const int64_t s3[] = {3};
+  const double xv[] = {0.5, -1.25, 2};
+  for (size_t k = 0; k < TU_N_OF(cases); k++) {
+    graft_tensor *x = tu_tensor_from(cases[k].x_dt, 1, s3, xv), *out[2] = {0};
+    char msg[512] = "", ctx[64];
+    int c = cases[k].c, ny = c == JC_UNCONNECTED ? 2 : 3;
+    jac_run r = {c, 3u};
+    snprintf(ctx, sizeof ctx, "jacobian case %d", c);
+    tu_assert_run_ok(tu_run(g_rt, jac_case_cb, &r, 1, &x, 2, out, msg), ctx, msg);
+    const int64_t sj[] = {ny, 3};
+    double want[9];
+    for (int a = 0; a < ny; a++)
+      for (int b = 0; b < 3; b++)
+        want[3 * a + b] = c != JC_UNCONNECTED && a == b ? cos((double)(float)xv[a]) : 0.0;
+    for (int m = 0; m < 2; m++) {
+      tu_assert_tensor(out[m], cases[k].y_dt, 2, sj, ctx);
+      tu_assert_values(out[m], want, ny * 3, cases[k].y_dt == GRAFT_F32 ? 1e-6 : 1e-7, ctx);
+    }
+    tu_destroy_outs(out, 2);
+    graft_tensor_destroy(x);
+  }
+}
+
 /* ---- bitwise equality across schedulers and thread counts ------------------------------ */
 
 static void check_bitwise(graft_trace_fn fn, int n_out, const char *name) {
@@ -1356,6 +1440,8 @@ int main(void) {
       cmocka_unit_test(test_graft_hvp__mlp_loss_matches_fd_of_gradient),
       cmocka_unit_test(test_graft_jacobian__hessian_symmetric_and_fwd_matches_rev),
       cmocka_unit_test(test_graft_jacobian__fwd_and_rev_agree_and_match_fd),
+      cmocka_unit_test(test_graft_jacobian__integer_x_or_y_is_edtype_in_both_modes),
+      cmocka_unit_test(test_graft_jacobian__mixed_dtypes_and_unconnected_agree),
       cmocka_unit_test(test_graft_hvp__mlp_bitwise_equal_across_threads),
       cmocka_unit_test(test_graft_jvp__mlp_bitwise_equal_across_threads),
   };
