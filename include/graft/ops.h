@@ -10,6 +10,11 @@
  * one_hot (labels) and softmax_cross_entropy (labels).  Comparisons return
  * their operands' dtype holding 1 or 0.
  *
+ * Special values: float ops follow IEEE 754 and C99 Annex F (NaN in, NaN
+ * out; 1/0 = inf; -0.0 kept where the math keeps it), with the choices
+ * stated at each op.  i32 add, sub, mul, neg, square and abs wrap modulo
+ * 2^32 (abs(INT32_MIN) = INT32_MIN).
+ *
  * Broadcasting follows NumPy: shapes are aligned on the right; a dim of 1
  * stretches; missing leading dims count as 1.
  */
@@ -49,13 +54,17 @@ GRAFT_API graft_value *graft_mul(graft_trace *t, graft_value *a, graft_value *b)
 GRAFT_API graft_value *graft_div(graft_trace *t, graft_value *a, graft_value *b);
 /* a ** b, real: a < 0 with non-integer b gives NaN as in C pow(). */
 GRAFT_API graft_value *graft_pow(graft_trace *t, graft_value *a, graft_value *b);
+/* NaN in either operand gives NaN.  Equal operands (0.0 and -0.0
+ * included) give b, and the gradient of a tie goes to b. */
 GRAFT_API graft_value *graft_maximum(graft_trace *t, graft_value *a, graft_value *b);
 GRAFT_API graft_value *graft_minimum(graft_trace *t, graft_value *a, graft_value *b);
+/* a > b, a < b, a == b: 0 when either operand is NaN; 0.0 == -0.0. */
 GRAFT_API graft_value *graft_greater(graft_trace *t, graft_value *a, graft_value *b);
 GRAFT_API graft_value *graft_less(graft_trace *t, graft_value *a, graft_value *b);
 GRAFT_API graft_value *graft_equal(graft_trace *t, graft_value *a, graft_value *b);
 /* cond != 0 ? a : b, all three broadcast together; cond may have any dtype,
- * a and b share theirs. */
+ * a and b share theirs.  A NaN cond counts as nonzero, -0.0 as zero; the
+ * chosen element is copied bit for bit. */
 GRAFT_API graft_value *graft_where(graft_trace *t, graft_value *cond,
                                    graft_value *a, graft_value *b);
 /* a * b + c, all three broadcast together (f32 or f64, one dtype).  The
@@ -75,8 +84,10 @@ GRAFT_API graft_value *graft_log(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_log1p(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_tanh(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_sigmoid(graft_trace *t, graft_value *x);
+/* max(x, 0), keeping NaN; relu(-0.0) = 0.0. */
 GRAFT_API graft_value *graft_relu(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_abs(graft_trace *t, graft_value *x);
+/* -1, 0 or 1; NaN and the sign of a zero pass through (sign(-0.0) = -0.0). */
 GRAFT_API graft_value *graft_sign(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_sin(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_cos(graft_trace *t, graft_value *x);
@@ -88,10 +99,17 @@ GRAFT_API graft_value *graft_digamma(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_polygamma(graft_trace *t, int n, graft_value *x);
 /* Identity whose gradient and tangent are zero (blocks both modes). */
 GRAFT_API graft_value *graft_stop_gradient(graft_trace *t, graft_value *x);
+/* Float -> i32 truncates toward zero, NaN gives 0, and values beyond the
+ * range (infinities too) saturate to INT32_MIN / INT32_MAX.  f64 -> f32
+ * and i32 -> float round to nearest (f64 beyond the f32 range gives inf). */
 GRAFT_API graft_value *graft_cast(graft_trace *t, graft_value *x, graft_dtype to);
 
 /* ---- reductions: n_axes 0 (axes NULL) = all axes; negative axes count
- * from the end; each axis at most once.  keepdims keeps reduced dims as 1. */
+ * from the end; each axis at most once.  keepdims keeps reduced dims as 1.
+ * An empty reduction gives the identity: sum 0, prod 1, max -inf (i32:
+ * INT32_MIN), logsumexp -inf; its mean is NaN.  A NaN in a group makes
+ * its result NaN (max and logsumexp included); logsumexp of a group whose
+ * max is infinite is that max. */
 GRAFT_API graft_value *graft_reduce_sum(graft_trace *t, graft_value *x, int n_axes,
                                         const int *axes, int keepdims);
 GRAFT_API graft_value *graft_reduce_mean(graft_trace *t, graft_value *x, int n_axes,
@@ -140,12 +158,18 @@ GRAFT_API graft_value *graft_one_hot(graft_trace *t, graft_value *labels,
                                      int64_t depth, graft_dtype dt);
 
 /* ---- neural-network ops ---------------------------------------------- */
-/* Along axis (negative: from the end). */
+/* Along axis (negative: from the end).  A row (the elements along axis)
+ * holding NaN, or whose max is infinite (inf - inf), gives a NaN row; -inf
+ * beside finite values gives 0 (log_softmax: -inf). */
 GRAFT_API graft_value *graft_softmax(graft_trace *t, graft_value *x, int axis);
 GRAFT_API graft_value *graft_log_softmax(graft_trace *t, graft_value *x, int axis);
 /* logits [N, C] (f32/f64), labels [N] (i32 in [0, C)): the mean over the
  * batch of -log_softmax(logits)[i, labels[i]], computed stably; a rank-0
- * value.  A label outside [0, C) makes the call fail with GRAFT_EINVAL. */
+ * value.  A label outside [0, C) makes the call fail with GRAFT_EINVAL.
+ * A row's log-sum-exp is its max when that is infinite: a -inf logit at
+ * the label costs +inf, a +inf logit elsewhere +inf, a +inf logit at the
+ * label NaN (inf - inf); a NaN logit makes the loss NaN.  An empty batch
+ * (N = 0) gives 0. */
 GRAFT_API graft_value *graft_softmax_cross_entropy(graft_trace *t, graft_value *logits,
                                                    graft_value *labels);
 

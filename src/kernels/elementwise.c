@@ -10,7 +10,10 @@
  *   i32 arithmetic wraps modulo 2^32 (computed in uint32_t, never signed
  *   overflow); float -> i32 casts truncate toward zero, NaN -> 0, and
  *   saturate to INT32_MIN / INT32_MAX; comparisons write 1 or 0 in the
- *   operands' dtype; maximum / minimum propagate NaN; relu and sign keep NaN.
+ *   operands' dtype (0 when an operand is NaN); maximum / minimum propagate
+ *   NaN from either operand and return b when the operands are equal (0.0
+ *   and -0.0 too), the operand their gradient rule sends a tie to; relu and
+ *   sign keep NaN.
  *
  * In place: reading and writing element i of the same buffer is fine, so the
  * output may alias an input that has the output's shape and element size.
