@@ -38,7 +38,8 @@ graft_value *graft__jvp_REDUCE_MEAN(graft_trace *t, const graft__node *n, graft_
 
 /* The tangent of a maximum is the mean of the tangents of the elements
  * equal to it: ties share equally, as in the VJP (so <u, J v> matches
- * <J^T u, v> exactly, ties included). */
+ * <J^T u, v> exactly, ties included).  A group holding NaN: 0 / 0 = NaN,
+ * as the VJP. */
 graft_value *graft__jvp_REDUCE_MAX(graft_trace *t, const graft__node *n, graft_value *const *in,
                                    graft_value *y, graft_value *const *tin) {
   graft_value *x = in[0], *tx = tin[0];

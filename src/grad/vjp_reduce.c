@@ -39,7 +39,9 @@ void graft__vjp_REDUCE_MEAN(graft_trace *t, const graft__node *n, graft_value *c
 }
 
 /* The gradient goes to the elements equal to the maximum; ties share it
- * equally (g / number of maxima), so the gradient sums to g per group. */
+ * equally (g / number of maxima), so the gradient sums to g per group.  A
+ * group holding NaN has a NaN maximum that no element equals: its
+ * gradient is NaN throughout (0 * (g / 0)), which reports the NaN input. */
 void graft__vjp_REDUCE_MAX(graft_trace *t, const graft__node *n, graft_value *const *in,
                            graft_value *y, graft_value *g, graft_value **gx) {
   graft_value *x = in[0];

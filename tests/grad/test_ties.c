@@ -10,7 +10,9 @@
  *    <u, J v> = <J^T u, v> holds there;
  *  - maximum / minimum: a tie (a == b, 0.0 and -0.0 included) sends the
  *    whole gradient and the tangent to b, with broadcasting operands;
- *  - relu'(0) = 0 and abs'(0) = 0 (at -0.0 too); sign has no gradient.
+ *  - relu'(0) = 0 and abs'(0) = 0 (at -0.0 too); sign has no gradient;
+ *  - NaN: a reduce_max group holding NaN gets NaN gradients and tangent;
+ *    maximum / minimum send a NaN comparison to b.
  * graft has no reduce_min op (src/graph/op_map.h), so there is none to test.
  *
  * Each case is one traced function with inputs (primals, seed u,
@@ -329,6 +331,46 @@ static void test_relu_abs_sign__kinks_at_zero(void **state) {
   }
 }
 
+/* NaN: a reduce_max group holding NaN has a NaN maximum that no element
+ * equals, so its gradient and tangent are NaN throughout (the other groups
+ * are untouched); maximum / minimum send a NaN comparison's gradient and
+ * tangent to b, as documented (their output is NaN either way). */
+static void test_nan__reduce_max_group_and_maximum_minimum(void **state) {
+  (void)state;
+  static const int64_t s23[] = {2, 3}, s2[] = {2};
+  static const int ax1[] = {1};
+  for (graft_dtype dt = GRAFT_F32; dt <= GRAFT_F64; dt++) {
+    tie_case c = {.op = OP_REDUCE_MAX, .n_x = 1, .rank = {2}, .shape = {{2, 3}}, .n_axes = 1};
+    c.axes[0] = ax1[0];
+    graft_tensor *in[3] = {tu_tensor_from(dt, 2, s23, (double[]){1, NAN, 3, 4, 4, 2}),
+                           tu_tensor_from(dt, 1, s2, (double[]){2, 4}),
+                           tu_tensor_from(dt, 2, s23, (double[]){1, 1, 1, 2, 6, 1})};
+    graft_tensor *out[2] = {0};
+    char msg[512] = "";
+    tu_assert_run_ok(tu_run(g_rt, trace_case, &c, 3, in, 2, out, msg), "reduce_max NaN", msg);
+    tu_assert_values(out[0], ((double[]){NAN, NAN, NAN, 2, 2, 0}), 6, 0.0, "reduce_max NaN: J^T u");
+    tu_assert_values(out[1], ((double[]){NAN, 4}), 2, 0.0, "reduce_max NaN: J v");
+    tu_destroy_outs(out, 2);
+    tu_destroy_outs(in, 3);
+
+    for (int op = OP_MAXIMUM; op <= OP_MINIMUM; op++) {
+      tie_case m = {.op = op, .n_x = 2, .rank = {1, 1}, .shape = {{2}, {2}}};
+      graft_tensor *mi[5] = {tu_tensor_from(dt, 1, s2, (double[]){NAN, 1}),
+                             tu_tensor_from(dt, 1, s2, (double[]){1, NAN}),
+                             tu_tensor_from(dt, 1, s2, (double[]){2, 4}),
+                             tu_tensor_from(dt, 1, s2, (double[]){3, 5}),
+                             tu_tensor_from(dt, 1, s2, (double[]){7, 11})};
+      graft_tensor *mo[3] = {0};
+      tu_assert_run_ok(tu_run(g_rt, trace_case, &m, 5, mi, 3, mo, msg), "maximum NaN", msg);
+      tu_assert_values(mo[0], ((double[]){0, 0}), 2, 0.0, "NaN comparison: J^T u for a");
+      tu_assert_values(mo[1], ((double[]){2, 4}), 2, 0.0, "NaN comparison: J^T u for b");
+      tu_assert_values(mo[2], ((double[]){7, 11}), 2, 0.0, "NaN comparison: J v (b's)");
+      tu_destroy_outs(mo, 3);
+      tu_destroy_outs(mi, 5);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reduce_max__tie_shares_gradient_equally),
@@ -336,6 +378,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_max__ties_along_each_axis_rank3),
       cmocka_unit_test(test_maximum_minimum__tie_goes_to_b),
       cmocka_unit_test(test_relu_abs_sign__kinks_at_zero),
+      cmocka_unit_test(test_nan__reduce_max_group_and_maximum_minimum),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }
