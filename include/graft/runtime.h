@@ -4,17 +4,17 @@
  * partition level, topology, binding, tile grain and trace output.  It is
  * read once, at graft_runtime_create.  Precedence for every setting: a field
  * set in graft_runtime_opts > the GRAFT_* environment variable > OpenMP state
- * > hwloc.  An invalid value is an error that names the variable and lists
- * the accepted values.
+ * > hwloc.  An invalid value is an error that names where it came from (the
+ * variable, or the graft_runtime_opts field) and the accepted values.
  *
  * | variable          | values                                        | default                  |
  * |-------------------|-----------------------------------------------|--------------------------|
- * | GRAFT_NUM_THREADS | positive integer                              | omp_get_max_threads()    |
+ * | GRAFT_NUM_THREADS | integer in 1..4096                            | omp_get_max_threads()    |
  * | GRAFT_SCHED       | ws, omp, seq                                  | ws                       |
  * | GRAFT_PARTITION   | auto, none, package, numa, l3, l2, core       | auto                     |
  * | GRAFT_TOPOLOGY    | hwloc synthetic description, or xml:PATH      | this machine             |
  * | GRAFT_BIND        | true, false                                   | true on real topologies  |
- * | GRAFT_GRAIN       | positive integer (elements per tile)          | 32768                    |
+ * | GRAFT_GRAIN       | integer in 1..2^48 (elements per tile)        | 32768                    |
  * | GRAFT_MEMORY      | parallel, lanes:N (N = 1..4096)               | parallel                 |
  * | GRAFT_TRACE       | path of a Chrome trace JSON file              | off                      |
  * | GRAFT_DISPLAY_ENV | true, verbose, false                          | false                    |
@@ -23,6 +23,13 @@
  * functions on one runtime may be called concurrently from different
  * threads.  graft_runtime_destroy must not race with any call that uses the
  * runtime, and every function created on it must be destroyed first.
+ *
+ * A synthetic GRAFT_TOPOLOGY may describe at most 8192 objects in all (the
+ * sum of every level's width, "[numa]" NUMA nodes included: "pack:2 core:8
+ * pu:2" has 2 + 16 + 32 = 50) and at most 256 children per object; larger
+ * ones are refused before hwloc sees them (hwloc would spend from seconds to
+ * minutes building them).  "pack:8 numa:2 l3:4 core:16 pu:2" (2048 PUs) has
+ * 3160 objects; leave out the levels that no partition level needs.
  *
  * GRAFT_MEMORY=lanes:N trades parallelism for memory: every node also waits
  * for the node N places before it in the plan's order, so at most N nodes
@@ -47,27 +54,28 @@ typedef struct graft_runtime graft_runtime;
  * then OpenMP, then hwloc decide).  Initialise with graft_runtime_opts_init
  * or designated initializers. */
 typedef struct graft_runtime_opts {
-  int num_threads;        /* > 0 */
+  int num_threads;        /* 1..4096 */
   const char *sched;      /* "ws", "omp", "seq" */
   const char *partition;  /* "auto", "none", "package", "numa", "l3", "l2", "core" */
   const char *topology;   /* hwloc synthetic description or "xml:PATH" */
   const char *trace_path; /* Chrome trace JSON output */
   int bind;               /* 0 unset, 1 true, -1 false */
-  int64_t grain;          /* elements per tile, > 0 */
+  int64_t grain;          /* elements per tile, 1..2^48 */
   const char *memory;     /* "parallel", or "lanes:N" (N in 1..4096) */
 } graft_runtime_opts;
 
 GRAFT_API void graft_runtime_opts_init(graft_runtime_opts *opts);
 
 /* Create a runtime.  opts NULL = environment defaults.  On failure *out is
- * NULL and, if errbuf is not NULL, a message naming the offending option or
- * variable is written there (truncated to errlen).  Returns GRAFT_EINVAL for
- * invalid values, GRAFT_ENOMEM, or GRAFT_EIO when a topology file cannot be
- * read.  Free with graft_runtime_destroy. */
+ * NULL and graft_last_errmsg() names the offending opts field or variable,
+ * its value and the accepted values.  Returns GRAFT_EINVAL for invalid
+ * values, GRAFT_ENOMEM, or GRAFT_EIO when a topology file cannot be read or
+ * the trace file cannot be created.  Free with graft_runtime_destroy. */
 GRAFT_API graft_status graft_runtime_create(const graft_runtime_opts *opts,
                                             graft_runtime **out);
 
-/* Same, with a buffer that receives the message of a failure. */
+/* Same, and the message of a failure is also written to errbuf when it is
+ * not NULL (truncated to errlen, NUL-terminated; "" on success). */
 GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts,
                                                graft_runtime **out,
                                                char *errbuf, size_t errlen);
@@ -77,7 +85,8 @@ GRAFT_API void graft_runtime_destroy(graft_runtime *rt);
 
 /* Writes "threads=2 sched=ws partition=auto domains=1 ..." into buf (always
  * NUL-terminated when len > 0); returns the length the full text needs, like
- * snprintf. */
+ * snprintf.  buf NULL measures only (whatever len is).  rt NULL writes
+ * "(null runtime)" and sets graft_last_errmsg. */
 GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf,
                                      size_t len);
 

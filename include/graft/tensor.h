@@ -39,17 +39,24 @@ GRAFT_API size_t graft_dtype_size(graft_dtype dt);
 GRAFT_API const char *graft_dtype_name(graft_dtype dt);
 
 /* Create a zero-filled tensor that owns 64-byte-aligned memory.
- * rank is 0..GRAFT_MAX_RANK; shape may be NULL when rank is 0; every dim >= 0.
- * Returns GRAFT_EINVAL (bad rank, negative dim, NULL out), GRAFT_EDTYPE, or
- * GRAFT_ENOMEM; *out is NULL on failure.  Free with graft_tensor_destroy. */
+ * rank is 0..GRAFT_MAX_RANK; shape may be NULL when rank is 0; every dim >= 0
+ * (any 0 dim gives zero elements, whatever the other dims).  Returns
+ * GRAFT_EINVAL (bad rank, NULL shape, negative dim, an element count that
+ * overflows int64, NULL out), GRAFT_EDTYPE, or GRAFT_ENOMEM (out of memory,
+ * or more than 2^48 bytes, graft's limit for one value); *out is NULL on
+ * failure and graft_last_errmsg() says why.  Free with graft_tensor_destroy. */
 GRAFT_API graft_status graft_tensor_create(graft_dtype dt, int rank,
                                            const int64_t *shape,
                                            graft_tensor **out);
 
-/* Wrap caller memory (row-major, contiguous, suitably aligned for dt) in a
- * tensor handle without copying.  graft never frees data; the caller keeps it
- * alive until graft_tensor_destroy.  data may be NULL only if the tensor has
- * zero elements. */
+/* Wrap caller memory (row-major, contiguous) in a tensor handle without
+ * copying.  graft never frees data; the caller keeps it alive until
+ * graft_tensor_destroy.  data may be NULL only if the tensor has zero
+ * elements; otherwise it must be aligned for dt (_Alignof its C type: 4
+ * bytes for f32 and i32, 8 for f64 on common ABIs), since kernels read it
+ * as that type: misaligned data is refused with GRAFT_EINVAL.  Statuses and
+ * shape rules otherwise as graft_tensor_create (the handle is the only
+ * allocation). */
 GRAFT_API graft_status graft_tensor_wrap(graft_dtype dt, int rank,
                                          const int64_t *shape, void *data,
                                          graft_tensor **out);

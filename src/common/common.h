@@ -33,6 +33,22 @@ void graft__msgf(char *buf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void graft__vmsgf(char *buf, const char *fmt, va_list ap);
 
+/* The calling thread's last error (lasterr.c, graft_last_errmsg): printf
+ * into it (truncating) and return s, so a failing path of a public call
+ * outside traces reads `return graft__fail(GRAFT_EINVAL, "graft_x: ...")`.
+ * The message names the API call, the argument, its value and what was
+ * expected.  An argument may be graft_last_errmsg() itself. */
+graft_status graft__fail(graft_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Check the dtype, rank, shape pointer, dims and size of a tensor for the
+ * public call api ("graft_tensor_create"): GRAFT_OK with *numel (may be
+ * NULL), else GRAFT_EDTYPE, GRAFT_EINVAL (bad rank, NULL shape, negative
+ * dim, count overflow) or GRAFT_ENOMEM (over GRAFT__MAX_VALUE_BYTES), with
+ * the reason, naming api, in graft_last_errmsg (tensor.c). */
+graft_status graft__tensor_check(const char *api, graft_dtype dt, int rank, const int64_t *shape,
+                                 int64_t *numel);
+
 /* "[256,784]" (symbols as "s0", "s1"); writes at most len bytes. */
 void graft__shape_str(char *buf, size_t len, int rank, const int64_t *dims);
 

@@ -2,6 +2,7 @@
  * Precedence: a field set in graft_runtime_opts > the environment > defaults
  * resolved later from OpenMP and hwloc. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,39 +59,38 @@ static int parse_pos(const char *v, int64_t max, int64_t *out) {
   return 0;
 }
 
-static graft_status parse_threads(const graft_runtime_opts *o, graft__config *c, char *msg) {
-  if (o && o->num_threads) {
-    if (o->num_threads < 0 || o->num_threads > 4096) {
-      graft__msgf(msg, "graft_runtime_opts.num_threads: invalid value %d (accepted: 1..4096)",
-                  o->num_threads);
+/* A count: the opts field (0 = not set there) over the variable env_name,
+ * accepted in 1..max; *out is left alone when neither sets it. */
+static graft_status parse_count(int64_t opt, const char *opt_name, const char *env_name,
+                                int64_t max, int64_t *out, char *msg) {
+  if (opt) {
+    if (opt < 0 || opt > max) {
+      graft__msgf(msg, "%s: invalid value %lld (accepted: an integer in 1..%lld; 0 = not set)",
+                  opt_name, (long long)opt, (long long)max);
       return GRAFT_EINVAL;
     }
-    c->num_threads = o->num_threads;
+    *out = opt;
     return GRAFT_OK;
   }
-  setting s = pick(NULL, NULL, "GRAFT_NUM_THREADS");
-  if (!s.value) return GRAFT_OK;
-  int64_t n;
-  if (parse_pos(s.value, 4096, &n)) return bad(msg, s, "a positive integer up to 4096");
+  setting s = pick(NULL, NULL, env_name);
+  if (!s.value || !parse_pos(s.value, max, out)) return GRAFT_OK;
+  char accepted[64];
+  snprintf(accepted, sizeof accepted, "an integer in 1..%lld", (long long)max);
+  return bad(msg, s, accepted);
+}
+
+static graft_status parse_threads(const graft_runtime_opts *o, graft__config *c, char *msg) {
+  int64_t n = 0;
+  graft_status st = parse_count(o ? o->num_threads : 0, "graft_runtime_opts.num_threads",
+                                "GRAFT_NUM_THREADS", GRAFT__MAX_THREADS, &n, msg);
   c->num_threads = (int)n;
-  return GRAFT_OK;
+  return st;
 }
 
 static graft_status parse_grain(const graft_runtime_opts *o, graft__config *c, char *msg) {
   c->grain = GRAFT__DEFAULT_GRAIN;
-  if (o && o->grain) {
-    if (o->grain < 0) {
-      graft__msgf(msg, "graft_runtime_opts.grain: invalid value %lld (accepted: a positive integer)",
-                  (long long)o->grain);
-      return GRAFT_EINVAL;
-    }
-    c->grain = o->grain;
-    return GRAFT_OK;
-  }
-  setting s = pick(NULL, NULL, "GRAFT_GRAIN");
-  if (!s.value) return GRAFT_OK;
-  if (parse_pos(s.value, INT64_MAX / 2, &c->grain)) return bad(msg, s, "a positive integer");
-  return GRAFT_OK;
+  return parse_count(o ? o->grain : 0, "graft_runtime_opts.grain", "GRAFT_GRAIN",
+                     GRAFT__MAX_GRAIN, &c->grain, msg);
 }
 
 static graft_status parse_bind(const graft_runtime_opts *o, graft__config *c, char *msg) {
@@ -119,10 +119,66 @@ static graft_status parse_memory(const graft_runtime_opts *o, graft__config *c, 
   c->lanes = 0;
   if (!s.value || strcmp(s.value, "parallel") == 0) return GRAFT_OK;
   int64_t n;
-  if (strncmp(s.value, "lanes:", 6) || parse_pos(s.value + 6, 4096, &n))
-    return bad(msg, s, "parallel, lanes:N with N in 1..4096");
+  if (strncmp(s.value, "lanes:", 6) || parse_pos(s.value + 6, GRAFT__MAX_LANES, &n)) {
+    char accepted[64];
+    snprintf(accepted, sizeof accepted, "parallel, lanes:N with N in 1..%d", GRAFT__MAX_LANES);
+    return bad(msg, s, accepted);
+  }
   c->lanes = (int)n;
   return GRAFT_OK;
+}
+
+/* Past the first c in p, or NULL when there is none. */
+static const char *past(const char *p, int c) {
+  p = strchr(p, c);
+  return p ? p + 1 : NULL;
+}
+
+int graft__synthetic_size(const char *desc, int64_t *objects, int64_t *pus, int64_t *max_arity) {
+  int64_t width = 1, total = 0, widest = 0;
+  const char *p = desc;
+  if (*p == '(' && !(p = past(p, ')'))) return -1; /* root attributes */
+  for (;;) {
+    while (*p == ' ' || *p == '\n') p++;
+    if (!*p) break;
+    if (*p == '[') { /* a NUMA node attached to each object of the level before */
+      if (!(p = past(p, ']'))) return -1;
+      total = graft__size_add_sat(total, width);
+      continue;
+    }
+    /* A type name: hwloc reads the arity after the next ':', wherever. */
+    if ((*p < '0' || *p > '9') && !(p = past(p, ':'))) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long a = strtoull(p, &end, 0);
+    if (end == p) return -1;
+    int64_t arity = errno == ERANGE || a > (unsigned long long)INT64_MAX ? INT64_MAX : (int64_t)a;
+    p = end;
+    if (*p == '(' && !(p = past(p, ')'))) return -1; /* the level's attributes */
+    widest = GRAFT__MAX(widest, arity);
+    width = graft__size_mul_sat(width, arity);
+    total = graft__size_add_sat(total, width);
+  }
+  *objects = total;
+  *pus = width;
+  *max_arity = widest;
+  return 0;
+}
+
+/* Refuse a synthetic topology above the limits before hwloc spends
+ * minutes building it. */
+static graft_status check_topology_size(setting s, char *msg) {
+  int64_t objects, pus, arity;
+  if (strncmp(s.value, "xml:", 4) == 0 || graft__synthetic_size(s.value, &objects, &pus, &arity))
+    return GRAFT_OK; /* a file, or text hwloc refuses at once */
+  if (objects <= GRAFT__SYNTH_MAX_OBJECTS && arity <= GRAFT__SYNTH_MAX_ARITY) return GRAFT_OK;
+  graft__msgf(msg,
+              "%s: the synthetic topology '%s' has %lld objects (%lld PUs) and up to %lld "
+              "children per object (accepted: at most %d objects in all, NUMA nodes included, "
+              "and at most %d children per object)",
+              s.origin, s.value, (long long)objects, (long long)pus, (long long)arity,
+              GRAFT__SYNTH_MAX_OBJECTS, GRAFT__SYNTH_MAX_ARITY);
+  return GRAFT_EINVAL;
 }
 
 static graft_status copy_str(const char *v, char **dst) {
@@ -165,6 +221,7 @@ graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, 
 
   s = pick(o ? o->topology : NULL, "graft_runtime_opts.topology", "GRAFT_TOPOLOGY");
   if (s.value && !*s.value) return bad(msg, s, "an hwloc synthetic description or xml:PATH");
+  if (s.value && (st = check_topology_size(s, msg))) return st;
   if ((st = copy_str(s.value, &c->topology))) goto fail;
   c->topology_origin = s.origin;
 
@@ -174,6 +231,7 @@ graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, 
     return bad(msg, s, "a file path");
   }
   if ((st = copy_str(s.value, &c->trace_path))) goto fail;
+  c->trace_origin = s.origin;
   return GRAFT_OK;
 
 fail:

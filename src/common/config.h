@@ -15,6 +15,22 @@ typedef enum graft__level {
 
 #define GRAFT__DEFAULT_GRAIN 32768
 
+/* Accepted ranges of the numeric settings (1..max).  A grain of a value's
+ * whole element count already means "no tiling"; no value has more than
+ * GRAFT__MAX_VALUE_BYTES bytes, so a larger grain would change nothing. */
+#define GRAFT__MAX_THREADS 4096
+#define GRAFT__MAX_GRAIN GRAFT__MAX_VALUE_BYTES
+#define GRAFT__MAX_LANES 4096
+
+/* Limits on a synthetic topology (GRAFT_TOPOLOGY, opts.topology): objects
+ * below the root in all (every level's width summed, NUMA nodes attached
+ * with "[numa]" included) and children per object (a level's arity).
+ * hwloc's time to build a synthetic topology grows much faster than its
+ * size ("pu:8192" takes 40 s, "pack:1000 pu:100" over a minute); within
+ * these limits it takes well under a second, and real machines fit. */
+#define GRAFT__SYNTH_MAX_OBJECTS 8192
+#define GRAFT__SYNTH_MAX_ARITY 256
+
 typedef struct graft__config {
   int num_threads;      /* 0: not set by opts or env (OpenMP / hwloc decide) */
   graft__sched sched;
@@ -22,6 +38,7 @@ typedef struct graft__config {
   char *topology;       /* NULL: this machine */
   const char *topology_origin; /* "GRAFT_TOPOLOGY" or "graft_runtime_opts.topology" (static) */
   char *trace_path;     /* NULL: off */
+  const char *trace_origin; /* "GRAFT_TRACE" or "graft_runtime_opts.trace_path" (static) */
   int bind;             /* 1 true, 0 false, -1 default (true on real topologies) */
   int64_t grain;
   int lanes;            /* GRAFT_MEMORY=lanes:N; 0 = parallel (no added edges) */
@@ -29,11 +46,22 @@ typedef struct graft__config {
 } graft__config;
 
 /* Parse opts (may be NULL) over the environment.  On failure returns
- * GRAFT_EINVAL or GRAFT_ENOMEM with msg naming the variable and the accepted
- * values.  Free with graft__config_free. */
+ * GRAFT_EINVAL or GRAFT_ENOMEM with msg naming where the value came from
+ * (the opts field or the variable) and the accepted values.  Free with
+ * graft__config_free. */
 graft_status graft__config_parse(const graft_runtime_opts *opts, graft__config *cfg,
                                  char *msg);
 void graft__config_free(graft__config *cfg);
+
+/* Measure an hwloc synthetic description the way hwloc reads it: optional
+ * root attributes "(...)", then levels "[type:]arity[(attributes)]"
+ * separated by spaces or newlines (arity as strtoul base 0 reads it), and
+ * "[numa]" / "[numa(attributes)]" for NUMA nodes attached to every object
+ * of the level before.  Returns 0 with the objects below the root, the PUs
+ * (the last level's width) and the largest arity, saturating at
+ * INT64_MAX; -1 when desc is not of that form (hwloc refuses it then,
+ * before building anything). */
+int graft__synthetic_size(const char *desc, int64_t *objects, int64_t *pus, int64_t *max_arity);
 
 const char *graft__sched_name(graft__sched s);
 const char *graft__level_name(graft__level l);

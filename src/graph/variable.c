@@ -10,22 +10,27 @@
 GRAFT_API graft_status graft_variable_create(graft_module *owner, const char *name, graft_dtype dt,
                                              int rank, const int64_t *shape, const void *init,
                                              unsigned flags, graft_variable **out) {
-  if (!out) return GRAFT_EINVAL;
+  static const char api[] = "graft_variable_create";
+  if (!out) return graft__fail(GRAFT_EINVAL, "%s: out is NULL (expected a graft_variable **)", api);
   *out = NULL;
-  if (owner) return GRAFT_EUNSUPPORTED; /* modules arrive with a later release */
-  if (!name) return GRAFT_EINVAL;
+  if (owner) /* modules arrive with a later release */
+    return graft__fail(GRAFT_EUNSUPPORTED, "%s: owner is not NULL (modules are not supported yet; "
+                       "expected NULL)", api);
+  if (!name) return graft__fail(GRAFT_EINVAL, "%s: name is NULL (expected a string)", api);
+  graft_status st = graft__tensor_check(api, dt, rank, shape, NULL);
+  if (st) return st;
   graft_variable *v = graft__calloc(1, sizeof *v);
-  if (!v) return GRAFT_ENOMEM;
-  graft_status st = graft_tensor_create(dt, rank, shape, &v->value);
+  if (!v) return graft__fail(GRAFT_ENOMEM, "%s: out of memory for variable '%s'", api, name);
+  st = graft_tensor_create(dt, rank, shape, &v->value);
   if (st) {
     graft__free(v);
-    return st;
+    return graft__fail(st, "%s: variable '%s': %s", api, name, graft_last_errmsg());
   }
   v->name = graft__strdup(name);
   if (!v->name) {
     graft_tensor_destroy(v->value);
     graft__free(v);
-    return GRAFT_ENOMEM;
+    return graft__fail(GRAFT_ENOMEM, "%s: out of memory for variable '%s'", api, name);
   }
   if (init)
     memcpy(graft_tensor_data(v->value), init,
@@ -58,13 +63,25 @@ GRAFT_API const graft_tensor *graft_variable_value(const graft_variable *v) {
 }
 
 GRAFT_API graft_status graft_variable_set(graft_variable *v, const graft_tensor *src) {
-  if (!v || !src) return GRAFT_EINVAL;
+  static const char api[] = "graft_variable_set";
+  if (!v) return graft__fail(GRAFT_EINVAL, "%s: v is NULL (expected a variable)", api);
+  if (!src)
+    return graft__fail(GRAFT_EINVAL, "%s: src is NULL (expected a tensor for variable '%s')", api,
+                       v->name);
+  if (__atomic_load_n(&v->destroyed, __ATOMIC_ACQUIRE))
+    return graft__fail(GRAFT_EMISUSE, "%s: variable '%s' was destroyed", api, v->name);
   const graft_tensor *d = v->value;
-  if (graft_tensor_dtype(src) != graft_tensor_dtype(d)) return GRAFT_EDTYPE;
-  if (graft_tensor_rank(src) != graft_tensor_rank(d) ||
-      memcmp(graft_tensor_shape(src), graft_tensor_shape(d),
-             (size_t)graft_tensor_rank(d) * sizeof(int64_t)))
-    return GRAFT_ESHAPE;
+  int rank = graft_tensor_rank(d);
+  if (graft_tensor_dtype(src) != graft_tensor_dtype(d) || graft_tensor_rank(src) != rank ||
+      memcmp(graft_tensor_shape(src), graft_tensor_shape(d), (size_t)rank * sizeof(int64_t))) {
+    char have[160], want[160];
+    graft__shape_str(have, sizeof have, graft_tensor_rank(src), graft_tensor_shape(src));
+    graft__shape_str(want, sizeof want, rank, graft_tensor_shape(d));
+    return graft__fail(graft_tensor_dtype(src) != graft_tensor_dtype(d) ? GRAFT_EDTYPE : GRAFT_ESHAPE,
+                       "%s: src is %s%s (expected %s%s, the dtype and shape of variable '%s')", api,
+                       graft_dtype_name(graft_tensor_dtype(src)), have,
+                       graft_dtype_name(graft_tensor_dtype(d)), want, v->name);
+  }
   memcpy(graft_tensor_data(d), graft_tensor_data(src),
          (size_t)graft_tensor_numel(d) * graft_dtype_size(graft_tensor_dtype(d)));
   return GRAFT_OK;

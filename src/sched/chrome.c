@@ -58,7 +58,7 @@ graft_status graft__chrome_open(const char *path, const char *label, graft__chro
     FILE *f = t ? fopen(path, "w") : NULL;
     if (!t || !f || fstat(fileno(f), &sb)) {
       st = t ? GRAFT_EIO : GRAFT_ENOMEM;
-      if (t) graft__msgf(msg, "GRAFT_TRACE: cannot open '%s' for writing", path);
+      if (t) graft__msgf(msg, "cannot open '%s' for writing", path); /* the caller names the source */
       if (f) fclose(f);
       graft__free(t);
       graft__free(c);

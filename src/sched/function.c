@@ -82,30 +82,70 @@ static graft_status copy_signature(graft_function *f, const graft_signature *s) 
   return GRAFT_OK;
 }
 
-static int bad_signature(const graft_function_desc *d) {
+/* A refusal of graft_function_create, naming the call and the function. */
+static graft_status create_fail(const graft_function_desc *d, graft_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static graft_status create_fail(const graft_function_desc *d, graft_status st, const char *fmt, ...) {
+  char why[GRAFT__MSG_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  graft__vmsgf(why, fmt, ap);
+  va_end(ap);
+  return graft__fail(st, "graft_function_create('%s'): %s", d->name ? d->name : "function", why);
+}
+
+static graft_status check_signature(const graft_function_desc *d) {
   const graft_signature *s = d->signature;
-  if (s->n != d->n_inputs) return 1;
-  if (d->n_inputs && (!s->dtypes || !s->ranks || !s->shapes)) return 1;
+  if (s->n != d->n_inputs)
+    return create_fail(d, GRAFT_EINVAL, "signature->n is %d (expected n_inputs, %d)", s->n,
+                       d->n_inputs);
+  if (d->n_inputs && (!s->dtypes || !s->ranks || !s->shapes))
+    return create_fail(d, GRAFT_EINVAL, "signature->%s is NULL (expected %d entries)",
+                       !s->dtypes ? "dtypes" : !s->ranks ? "ranks" : "shapes", s->n);
   for (int i = 0; i < s->n; i++) {
-    if (graft_dtype_size(s->dtypes[i]) == 0) return 1;
-    if (s->ranks[i] < 0 || s->ranks[i] > GRAFT_MAX_RANK) return 1;
-    if (s->ranks[i] && !s->shapes[i]) return 1;
+    if (graft_dtype_size(s->dtypes[i]) == 0)
+      return create_fail(d, GRAFT_EDTYPE,
+                         "signature->dtypes[%d] is %d (expected GRAFT_F32, GRAFT_F64 or GRAFT_I32)",
+                         i, (int)s->dtypes[i]);
+    if (s->ranks[i] < 0 || s->ranks[i] > GRAFT_MAX_RANK)
+      return create_fail(d, GRAFT_EINVAL, "signature->ranks[%d] is %d (expected 0..%d)", i,
+                         s->ranks[i], GRAFT_MAX_RANK);
+    if (s->ranks[i] && !s->shapes[i])
+      return create_fail(d, GRAFT_EINVAL, "signature->shapes[%d] is NULL (expected %d dims)", i,
+                         s->ranks[i]);
     for (int k = 0; k < s->ranks[i]; k++)
-      if (s->shapes[i][k] < -1) return 1;
+      if (s->shapes[i][k] < -1)
+        return create_fail(d, GRAFT_EINVAL,
+                           "signature->shapes[%d][%d] is %lld (expected a dim >= 0, or -1 for "
+                           "unknown)", i, k, (long long)s->shapes[i][k]);
   }
-  return 0;
+  return GRAFT_OK;
 }
 
 GRAFT_API graft_status graft_function_create(graft_runtime *rt, const graft_function_desc *desc,
                                              graft_function **out) {
-  if (!out) return GRAFT_EINVAL;
+  if (!out)
+    return graft__fail(GRAFT_EINVAL, "graft_function_create: out is NULL (expected a "
+                       "graft_function **)");
   *out = NULL;
-  if (!rt || !desc || !desc->trace || desc->n_inputs < 0 || desc->n_outputs < 1 ||
-      desc->cache_capacity < 0)
-    return GRAFT_EINVAL;
-  if (desc->signature && bad_signature(desc)) return GRAFT_EINVAL;
+  if (!desc)
+    return graft__fail(GRAFT_EINVAL, "graft_function_create: desc is NULL (expected a "
+                       "graft_function_desc)");
+  if (!rt) return create_fail(desc, GRAFT_EINVAL, "rt is NULL (expected a runtime)");
+  if (!desc->trace)
+    return create_fail(desc, GRAFT_EINVAL, "desc->trace is NULL (expected a trace callback)");
+  if (desc->n_inputs < 0)
+    return create_fail(desc, GRAFT_EINVAL, "desc->n_inputs is %d (expected >= 0)", desc->n_inputs);
+  if (desc->n_outputs < 1)
+    return create_fail(desc, GRAFT_EINVAL, "desc->n_outputs is %d (expected >= 1)",
+                       desc->n_outputs);
+  if (desc->cache_capacity < 0)
+    return create_fail(desc, GRAFT_EINVAL, "desc->cache_capacity is %d (expected >= 0, 0 = %d)",
+                       desc->cache_capacity, DEFAULT_CAPACITY);
+  graft_status st;
+  if (desc->signature && (st = check_signature(desc))) return st;
   graft_function *f = graft__calloc(1, sizeof *f);
-  if (!f) return GRAFT_ENOMEM;
+  if (!f) return create_fail(desc, GRAFT_ENOMEM, "out of memory");
   f->rt = rt;
   f->trace = desc->trace;
   f->user = desc->user;
@@ -118,7 +158,7 @@ GRAFT_API graft_status graft_function_create(graft_runtime *rt, const graft_func
   if (!f->name || !f->traces || !f->plans ||
       (desc->signature && copy_signature(f, desc->signature))) {
     graft_function_destroy(f);
-    return GRAFT_ENOMEM;
+    return create_fail(desc, GRAFT_ENOMEM, "out of memory");
   }
   *out = f;
   return GRAFT_OK;
@@ -558,12 +598,15 @@ static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const
 
 GRAFT_API graft_status graft_function_call(graft_function *f, int n_in, graft_tensor *const *in,
                                            int n_out, graft_tensor **out) {
-  if (!f) return GRAFT_EINVAL;
+  if (!f) return graft__fail(GRAFT_EINVAL, "graft_function_call: f is NULL (expected a function)");
   int idle = 0;
   if (!__atomic_compare_exchange_n(&f->busy, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-    return GRAFT_EMISUSE; /* the running call owns f->msg */
+    return graft__fail(GRAFT_EMISUSE, /* the running call owns f->msg */
+                       "graft_function_call: '%s' is already running a call (expected one call "
+                       "at a time per function)", f->name);
   f->msg[0] = '\0';
   graft_status st = call_locked(f, n_in, in, n_out, out);
+  if (st) graft__fail(st, "%s", *f->msg ? f->msg : graft_status_str(st)); /* graft_last_errmsg */
   __atomic_store_n(&f->busy, 0, __ATOMIC_RELEASE);
   return st;
 }
@@ -573,8 +616,12 @@ GRAFT_API const char *graft_function_errmsg(const graft_function *f) { return f 
 GRAFT_API int graft_function_trace_count(const graft_function *f) { return f ? f->trace_count : 0; }
 
 GRAFT_API graft_status graft_function_stats(graft_function *f, graft_plan_stats *out) {
-  if (!f || !out) return GRAFT_EINVAL;
-  if (!f->last_plan) return GRAFT_EMISUSE;
+  if (!f || !out)
+    return graft__fail(GRAFT_EINVAL, "graft_function_stats: %s is NULL (expected %s)",
+                       !f ? "f" : "out", !f ? "a function" : "a graft_plan_stats to fill");
+  if (!f->last_plan)
+    return graft__fail(GRAFT_EMISUSE, "graft_function_stats: '%s' has no plan yet (expected a "
+                       "successful graft_function_call first)", f->name);
   *out = f->last_plan->stats;
   out->trace_count = f->trace_count;
   out->plan_count = f->n_plans;
@@ -582,9 +629,15 @@ GRAFT_API graft_status graft_function_stats(graft_function *f, graft_plan_stats 
 }
 
 GRAFT_API graft_status graft_function_write_dot(graft_function *f, FILE *to) {
-  if (!f || !to) return GRAFT_EINVAL;
-  if (!f->last_graph) return GRAFT_EMISUSE;
-  return graft__graph_write_dot(f->last_graph, to);
+  if (!f || !to)
+    return graft__fail(GRAFT_EINVAL, "graft_function_write_dot: %s is NULL (expected %s)",
+                       !f ? "f" : "to", !f ? "a function" : "a FILE open for writing");
+  if (!f->last_graph)
+    return graft__fail(GRAFT_EMISUSE, "graft_function_write_dot: '%s' has no graph yet (expected "
+                       "a graft_function_call that traced first)", f->name);
+  graft_status st = graft__graph_write_dot(f->last_graph, to);
+  return st ? graft__fail(st, "graft_function_write_dot: '%s': %s", f->name, graft_status_str(st))
+            : st;
 }
 
 /* For tests: the plan of the last successful call (NULL before one). */

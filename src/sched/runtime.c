@@ -29,7 +29,11 @@ static const char *blas_name(void) {
 }
 
 GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t len) {
-  if (!rt) return snprintf(buf, len, "(null runtime)");
+  if (!buf) len = 0; /* measure only */
+  if (!rt) {
+    graft__fail(GRAFT_EINVAL, "graft_runtime_describe: rt is NULL (expected a runtime)");
+    return snprintf(buf, len, "(null runtime)");
+  }
   const char *core = graft__blas_core();
   return snprintf(buf, len,
                   "threads=%d sched=%s partition=%s(%s) domains=%d pus=%d topology=%s bind=%s "
@@ -85,21 +89,20 @@ static void display(const graft_runtime *rt) {
   }
 }
 
-GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, graft_runtime **out,
-                                               char *errbuf, size_t errlen) {
-  char msg[GRAFT__MSG_LEN];
-  msg[0] = '\0';
+/* The message of a failure, without the API call's name, goes to msg. */
+static graft_status create(const graft_runtime_opts *opts, graft_runtime **out, char *msg) {
+  char why[GRAFT__MSG_LEN];
   graft_status st = GRAFT_EINVAL;
   graft_runtime *rt = NULL;
   if (!out) {
-    graft__msgf(msg, "graft_runtime_create: out is NULL");
+    graft__msgf(msg, "out is NULL (expected a graft_runtime **)");
     goto done;
   }
   *out = NULL;
   rt = graft__calloc(1, sizeof *rt);
   if (!rt) {
     st = GRAFT_ENOMEM;
-    graft__msgf(msg, "out of memory");
+    graft__msgf(msg, "out of memory for the runtime");
     goto done;
   }
   st = graft__config_parse(opts, &rt->cfg, msg);
@@ -123,7 +126,7 @@ GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, g
         graft__topology_worker_pus(rt->topo, rt->level, graft__runtime_parts(rt),
                                    rt->num_threads, rt->worker_pu)) {
       st = GRAFT_ENOMEM;
-      graft__msgf(msg, "out of memory");
+      graft__msgf(msg, "out of memory for the workers' PU map");
       graft_runtime_destroy(rt);
       rt = NULL;
       goto done;
@@ -131,8 +134,11 @@ GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, g
   }
   char label[64];
   snprintf(label, sizeof label, "%s x%d", graft__sched_name(rt->cfg.sched), rt->num_threads);
-  if (rt->cfg.trace_path && (st = graft__chrome_open(rt->cfg.trace_path, label, &rt->trace, msg))) {
-    if (st == GRAFT_ENOMEM) graft__msgf(msg, "out of memory");
+  if (rt->cfg.trace_path && (st = graft__chrome_open(rt->cfg.trace_path, label, &rt->trace, why))) {
+    if (st == GRAFT_ENOMEM)
+      graft__msgf(msg, "out of memory opening the trace file");
+    else /* the opts field or the variable the path came from */
+      graft__msgf(msg, "%s: %s", rt->cfg.trace_origin, why);
     graft_runtime_destroy(rt);
     rt = NULL;
     goto done;
@@ -141,12 +147,22 @@ GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, g
   if (rt->cfg.display_env) display(rt);
   *out = rt;
 done:
-  if (errbuf && errlen) snprintf(errbuf, errlen, "%s", msg);
+  return st;
+}
+
+GRAFT_API graft_status graft_runtime_create_ex(const graft_runtime_opts *opts, graft_runtime **out,
+                                               char *errbuf, size_t errlen) {
+  char msg[GRAFT__MSG_LEN] = "";
+  graft_status st = create(opts, out, msg);
+  if (st) graft__fail(st, "graft_runtime_create_ex: %s", msg);
+  if (errbuf && errlen) snprintf(errbuf, errlen, "%s", st ? graft_last_errmsg() : "");
   return st;
 }
 
 GRAFT_API graft_status graft_runtime_create(const graft_runtime_opts *opts, graft_runtime **out) {
-  return graft_runtime_create_ex(opts, out, NULL, 0);
+  char msg[GRAFT__MSG_LEN] = "";
+  graft_status st = create(opts, out, msg);
+  return st ? graft__fail(st, "graft_runtime_create: %s", msg) : st;
 }
 
 GRAFT_API void graft_runtime_destroy(graft_runtime *rt) {

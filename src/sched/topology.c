@@ -40,8 +40,11 @@ graft_status graft__topology_load(const graft__config *cfg, graft__topology **ou
   }
   st = setup(t, cfg->topology, cfg->topology_origin, msg);
   if (!st && hwloc_topology_load(t->topo) != 0) {
-    graft__msgf(msg, "hwloc could not load the topology%s%s", cfg->topology ? " " : "",
-                cfg->topology ? cfg->topology : "");
+    if (cfg->topology)
+      graft__msgf(msg, "%s: hwloc could not build the topology '%s'", cfg->topology_origin,
+                  cfg->topology);
+    else
+      graft__msgf(msg, "hwloc could not load this machine's topology");
     st = GRAFT_EIO;
   }
   if (!st) {
