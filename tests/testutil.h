@@ -293,6 +293,17 @@ static inline graft_tensor *tu_tensor_from(graft_dtype dt, int rank, const int64
   return t;
 }
 
+/* msg contains needle once spaces are removed from msg (so "[2, 3]" and
+ * "[2,3]" both match "[2,3]"; messages up to 1 KiB). */
+static inline int tu_msg_has(const char *msg, const char *needle) {
+  char flat[1024];
+  size_t j = 0;
+  for (size_t i = 0; msg[i] && j + 1 < sizeof flat; i++)
+    if (msg[i] != ' ') flat[j++] = msg[i];
+  flat[j] = '\0';
+  return strstr(flat, needle) != NULL;
+}
+
 /* ---- index arithmetic (row-major) ------------------------------------------ */
 
 /* Product of d[0..rank) (1 for rank 0). */

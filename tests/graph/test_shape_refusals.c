@@ -259,16 +259,6 @@ static graft_status trace_case(graft_trace *t, int n_in, graft_value *const *in,
   return graft_trace_status(t);
 }
 
-/* msg contains needle once spaces are removed from msg. */
-static int msg_has(const char *msg, const char *needle) {
-  char flat[1024];
-  size_t j = 0;
-  for (size_t i = 0; msg[i] && j + 1 < sizeof flat; i++)
-    if (msg[i] != ' ') flat[j++] = msg[i];
-  flat[j] = '\0';
-  return strstr(flat, needle) != NULL;
-}
-
 static int has_sym(const refusal *c) {
   for (int i = 0; i < c->n_in; i++)
     if (c->in[i].sym) return 1;
@@ -303,8 +293,9 @@ static void check_refused(const refusal *c, int sig, const char *stage) {
   const char *msg = graft_function_errmsg(f);
   tu_assert_run_fails(st, c->want, out, msg, NULL, ctx);
   for (int k = 0; k < 3 && c->frag[k]; k++)
-    if (!msg_has(msg, c->frag[k])) fail_msg("%s: message \"%s\" lacks \"%s\"", ctx, msg, c->frag[k]);
-  if (!msg_has(msg, "(op#") || !msg_has(msg, "intrace'refusal'"))
+    if (!tu_msg_has(msg, c->frag[k]))
+      fail_msg("%s: message \"%s\" lacks \"%s\"", ctx, msg, c->frag[k]);
+  if (!tu_msg_has(msg, "(op#") || !tu_msg_has(msg, "intrace'refusal'"))
     fail_msg("%s: message \"%s\" does not place the op in its trace", ctx, msg);
   if (sig) {
     /* a failed trace is retraced by the next call; a trace that succeeded

@@ -22,24 +22,8 @@
 
 #include <math.h>
 
+#include "kernels/seq_ws.h"
 #include "testutil.h"
-
-enum { N_RT = 2 };
-static graft_runtime *g_rts[N_RT];
-static const char *const k_rt_name[N_RT] = {"seq", "ws x2 grain 4"};
-
-static int setup(void **state) {
-  (void)state;
-  g_rts[0] = tu_runtime_of("seq", 1, 0);
-  g_rts[1] = tu_runtime_of("ws", 2, 4);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  for (int i = 0; i < N_RT; i++) graft_runtime_destroy(g_rts[i]);
-  return 0;
-}
 
 /* ---- ops ------------------------------------------------------------------------ */
 
@@ -160,6 +144,23 @@ static graft_tensor *operand(tu_rng *r, int op, int slot, graft_dtype dt, const 
   return x;
 }
 
+/* An output's dtype, shape and values (exact; NaN where NaN is due). */
+typedef struct expect {
+  graft_dtype dt;
+  const shape *out;
+  const double *want;
+} expect;
+
+static void check_exact(const graft_tensor *o, const char *where, const void *user) {
+  const expect *e = user;
+  tu_assert_tensor(o, e->dt, e->out->rank, e->out->d, where);
+  for (int64_t k = 0; k < graft_tensor_numel(o); k++) {
+    double got = tu_get(o, k);
+    if (got != e->want[k] && !(isnan(got) && isnan(e->want[k])))
+      fail_msg("%s: element %lld: got %.17g want %.17g", where, (long long)k, got, e->want[k]);
+  }
+}
+
 /* op over every combination of the set's shapes for its operands. */
 static void check_set(int op, graft_dtype dt, graft_dtype cond_dt, size_t set) {
   const shape *out = &k_sets[set].out;
@@ -205,27 +206,9 @@ static void check_set(int op, graft_dtype dt, graft_dtype cond_dt, size_t set) {
                                : cond_dt == GRAFT_F32 ? ", cond f32"
                                                       : ", cond f64")
                             : "");
-    graft_tensor *first = NULL;
-    for (int rt = 0; rt < N_RT; rt++) {
-      graft_tensor *o = NULL;
-      char msg[512] = "";
-      int opv = op;
-      tu_assert_run_ok(tu_run(g_rts[rt], trace_op, &opv, n_in, in, 1, &o, msg), ctx, msg);
-      tu_assert_tensor(o, dt, out->rank, out->d, ctx);
-      for (int64_t k = 0; k < n_out; k++) {
-        double got = tu_get(o, k);
-        if (got != want[k] && !(isnan(got) && isnan(want[k])))
-          fail_msg("%s on %s: element %lld: got %.17g want %.17g", ctx, k_rt_name[rt],
-                   (long long)k, got, want[k]);
-      }
-      if (!first) {
-        first = o;
-      } else {
-        if (!tu_bitwise_equal(o, first)) fail_msg("%s: %s differs bitwise from seq", ctx, k_rt_name[rt]);
-        graft_tensor_destroy(o);
-      }
-    }
-    graft_tensor_destroy(first);
+    expect e = {dt, out, want};
+    int opv = op;
+    sw_run(trace_op, &opv, n_in, in, ctx, check_exact, &e);
     tu_destroy_outs(in, n_in);
   }
   free(want);
@@ -260,5 +243,5 @@ int main(void) {
       cmocka_unit_test(test_graft_where__every_broadcast_layout),
       cmocka_unit_test(test_graft_mul_add__every_broadcast_layout),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, sw_setup, sw_teardown);
 }

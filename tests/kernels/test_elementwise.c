@@ -37,17 +37,6 @@ static tu_rng rng_for(uint64_t salt) {
   return r;
 }
 
-/* msg contains needle once spaces are removed from msg (so "[2, 3]" and
- * "[2,3]" both match "[2,3]"). */
-static int msg_has(const char *msg, const char *needle) {
-  char flat[512];
-  size_t j = 0;
-  for (size_t i = 0; msg[i] && j + 1 < sizeof flat; i++)
-    if (msg[i] != ' ') flat[j++] = msg[i];
-  flat[j] = '\0';
-  return strstr(flat, needle) != NULL;
-}
-
 /* Random operand; integral snaps floats down to integers so that
  * comparisons see ties; i32 operands of non-integral rows span +-1000. */
 static graft_tensor *make_operand(tu_rng *rng, graft_dtype dt, int rank,
@@ -581,7 +570,7 @@ static void check_add_fails(int ra, const int64_t *sa, graft_dtype da, int rb,
   graft_status s = tu_run(g_rt, trace_binary, (void *)&binary_rows[B_ADD], 2, in, 1, &out, msg);
   tu_assert_run_fails(s, want, out, msg, "add", NULL);
   for (int i = 0; i < n_needles; i++)
-    if (!msg_has(msg, needles[i])) fail_msg("message \"%s\" lacks \"%s\"", msg, needles[i]);
+    if (!tu_msg_has(msg, needles[i])) fail_msg("message \"%s\" lacks \"%s\"", msg, needles[i]);
   graft_tensor_destroy(in[0]);
   graft_tensor_destroy(in[1]);
 }

@@ -32,26 +32,8 @@
 
 #include <math.h>
 
+#include "kernels/seq_ws.h"
 #include "testutil.h"
-
-/* ---- runtimes: seq, and ws x2 with a grain that cuts 16-element tiles ---- */
-
-enum { N_RT = 2 };
-static graft_runtime *g_rts[N_RT];
-static const char *const k_rt_name[N_RT] = {"seq", "ws x2 grain 4"};
-
-static int setup(void **state) {
-  (void)state;
-  g_rts[0] = tu_runtime_of("seq", 1, 0);
-  g_rts[1] = tu_runtime_of("ws", 2, 4);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  for (int i = 0; i < N_RT; i++) graft_runtime_destroy(g_rts[i]);
-  return 0;
-}
 
 /* ---- ops ------------------------------------------------------------------------ */
 
@@ -150,44 +132,49 @@ static int same_value(double got, double want, double rtol) {
   return got == want && signbit(got) == signbit(want);
 }
 
-/* Run c on in[] on every runtime; the output (dtype dt, numel n) must hold
- * want[] (same_value within rtol) and be bitwise equal across runtimes.
- * what(k) describes element k for a failure message (NULL: the index
- * only). */
+/* Describes input element k of a case for a failure message. */
 typedef void (*describe_fn)(char *buf, size_t len, graft_tensor *const *in, int64_t k,
                             const void *user);
 
+/* What check_elements compares an output with. */
+typedef struct expect {
+  graft_dtype dt;
+  const double *want;
+  int64_t n;
+  double rtol;
+  graft_tensor *const *in; /* for describe */
+  describe_fn what;
+  const void *what_user;
+} expect;
+
+/* The output has dtype e->dt and e->n elements, each same_value as want. */
+static void check_elements(const graft_tensor *out, const char *where, const void *user) {
+  const expect *e = user;
+  if (graft_tensor_dtype(out) != e->dt)
+    fail_msg("%s: dtype %s, want %s", where, graft_dtype_name(graft_tensor_dtype(out)),
+             graft_dtype_name(e->dt));
+  if (graft_tensor_numel(out) != e->n)
+    fail_msg("%s: %lld elements, want %lld", where, (long long)graft_tensor_numel(out),
+             (long long)e->n);
+  for (int64_t k = 0; k < e->n; k++) {
+    double got = tu_get(out, k);
+    if (same_value(got, e->want[k], e->rtol)) continue;
+    char d[160] = "";
+    if (e->what) e->what(d, sizeof d, e->in, k, e->what_user);
+    fail_msg("%s: element %lld %s: got %.17g, want %.17g", where, (long long)k, d, got,
+             e->want[k]);
+  }
+}
+
+/* Run c on in[] on seq and ws (seq_ws.h); the output (dtype dt, numel n)
+ * must hold want[] (same_value within rtol) and be bitwise equal across
+ * them.  what(k) describes element k for a failure message (NULL: the
+ * index only). */
 static void check_op_tol(const op_call *c, int n_in, graft_tensor *const *in, graft_dtype dt,
                          const double *want, int64_t n, double rtol, const char *ctx,
                          describe_fn what, const void *what_user) {
-  graft_tensor *first = NULL;
-  for (int r = 0; r < N_RT; r++) {
-    graft_tensor *out = NULL;
-    char msg[512] = "";
-    char where[256];
-    snprintf(where, sizeof where, "%s (%s)", ctx, k_rt_name[r]);
-    tu_assert_run_ok(tu_run(g_rts[r], trace_op, (void *)c, n_in, in, 1, &out, msg), where, msg);
-    if (graft_tensor_dtype(out) != dt)
-      fail_msg("%s: dtype %s, want %s", where, graft_dtype_name(graft_tensor_dtype(out)),
-               graft_dtype_name(dt));
-    if (graft_tensor_numel(out) != n)
-      fail_msg("%s: %lld elements, want %lld", where, (long long)graft_tensor_numel(out),
-               (long long)n);
-    for (int64_t k = 0; k < n; k++) {
-      double got = tu_get(out, k);
-      if (same_value(got, want[k], rtol)) continue;
-      char d[160] = "";
-      if (what) what(d, sizeof d, in, k, what_user);
-      fail_msg("%s: element %lld %s: got %.17g, want %.17g", where, (long long)k, d, got, want[k]);
-    }
-    if (!first) {
-      first = out;
-      continue;
-    }
-    if (!tu_bitwise_equal(out, first)) fail_msg("%s: differs bitwise from %s", where, k_rt_name[0]);
-    graft_tensor_destroy(out);
-  }
-  graft_tensor_destroy(first);
+  expect e = {dt, want, n, rtol, in, what, what_user};
+  sw_run(trace_op, (void *)c, n_in, in, ctx, check_elements, &e);
 }
 
 /* Exact (NaN-aware) results. */
@@ -714,5 +701,5 @@ int main(void) {
       cmocka_unit_test(test_softmax_cross_entropy__infinite_logits),
       cmocka_unit_test(test_graft_one_hot__labels_outside_depth),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, sw_setup, sw_teardown);
 }
