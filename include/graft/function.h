@@ -33,8 +33,10 @@ extern "C" {
 typedef struct graft_function graft_function;
 
 /* The callback: read n_in input values, store n_out output values in out[].
- * Return GRAFT_OK, or an error of its own (the call then fails with it).
- * Errors recorded on t by ops take precedence over the return value. */
+ * Return GRAFT_OK, or an error of its own (the call then fails with it; a
+ * number that is not a graft_status error code becomes GRAFT_EINVAL, the
+ * number kept in the message).  Errors recorded on t by ops take
+ * precedence over the return value. */
 typedef graft_status (*graft_trace_fn)(graft_trace *t, int n_in,
                                        graft_value *const *in, int n_out,
                                        graft_value **out, void *user);

@@ -45,7 +45,13 @@ typedef graft_status (*graft_vjp_fn)(graft_trace *t, int n_x, graft_value *const
 /* A value equal to y whose gradient with respect to xs is given by vjp
  * instead of by differentiating the ops that computed y from xs (for
  * numerically better or cheaper rules, e.g. a stable log-sum-exp).  user is
- * passed to vjp, which runs while gradients are built, inside the trace. */
+ * passed to vjp, which runs while gradients are built, inside the trace.
+ * What vjp stores is checked: each gxs[i] must be NULL or a value of this
+ * trace with the dtype and shape of xs[i] (else the trace fails with
+ * GRAFT_EDTYPE / GRAFT_ESHAPE / GRAFT_EMISUSE naming the op and input).  vjp
+ * may build gradients itself, but not through its own region (that would
+ * recurse without end: GRAFT_EMISUSE), and rules nest at most 16 deep
+ * (GRAFT_EUNSUPPORTED). */
 GRAFT_API graft_value *graft_custom_gradient(graft_trace *t, int n_x, graft_value *const *xs,
                                              graft_value *y, graft_vjp_fn vjp, void *user);
 

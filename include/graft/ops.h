@@ -17,6 +17,13 @@
  *
  * Broadcasting follows NumPy: shapes are aligned on the right; a dim of 1
  * stretches; missing leading dims count as 1.
+ *
+ * Sizes: every value (an op's output, a constant) holds at most 2^48
+ * bytes, and a plan's values together at most 2^62 (GRAFT_ESHAPE when an
+ * element count overflows int64, GRAFT_ENOMEM past a limit); a shape with a
+ * 0 dim has no elements whatever its other dims.  Shapes with symbolic dims
+ * are checked again once a call binds them.  Shape arithmetic (concat's
+ * sum, slice and pad bounds, reshape's product) never wraps.
  */
 #ifndef GRAFT_OPS_H
 #define GRAFT_OPS_H
@@ -124,7 +131,8 @@ GRAFT_API graft_value *graft_logsumexp(graft_trace *t, graft_value *x, int n_axe
 /* ---- linear algebra --------------------------------------------------- */
 /* a @ b on the last two dims (rank >= 2 each); leading (batch) dims
  * broadcast.  GRAFT_TRANS_A / GRAFT_TRANS_B transpose the last two dims of a
- * / b first.  f32 and f64 (CBLAS). */
+ * / b first.  f32 and f64 (CBLAS: each matrix dim at most INT_MAX, else
+ * GRAFT_EUNSUPPORTED). */
 GRAFT_API graft_value *graft_matmul(graft_trace *t, graft_value *a, graft_value *b,
                                     unsigned flags);
 
@@ -165,7 +173,10 @@ GRAFT_API graft_value *graft_softmax(graft_trace *t, graft_value *x, int axis);
 GRAFT_API graft_value *graft_log_softmax(graft_trace *t, graft_value *x, int axis);
 /* logits [N, C] (f32/f64), labels [N] (i32 in [0, C)): the mean over the
  * batch of -log_softmax(logits)[i, labels[i]], computed stably; a rank-0
- * value.  A label outside [0, C) makes the call fail with GRAFT_EINVAL.
+ * value.  A label outside [0, C) makes the call fail with GRAFT_EINVAL,
+ * changing no variable, even when no output needs the loss (a step that
+ * outputs only its updates or gradients): ops that can fail on data are
+ * never pruned.
  * A row's log-sum-exp is its max when that is infinite: a -inf logit at
  * the label costs +inf, a +inf logit elsewhere +inf, a +inf logit at the
  * label NaN (inf - inf); a NaN logit makes the loss NaN.  An empty batch

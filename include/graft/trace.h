@@ -2,7 +2,9 @@
  *
  * A trace is the recording context handed to a function's trace callback.
  * Ops called on it append nodes to a graph and return graft_value handles.
- * Values belong to their trace: using one in another trace is GRAFT_EMISUSE.
+ * Values belong to their trace: using one in another trace, or after its
+ * callback returned (even when the function was destroyed or the trace
+ * failed and was freed), is GRAFT_EMISUSE, never a read of freed memory.
  * Handles are valid only during the callback that received the trace.
  *
  * Sticky errors: the first op that fails records its status and a message
@@ -45,12 +47,20 @@ GRAFT_API graft_status graft_trace_status(const graft_trace *t);
 GRAFT_API const char *graft_trace_errmsg(const graft_trace *t);
 
 /* Record a failure from user code (e.g. a check the callback makes); the
- * first failure wins.  fmt is printf-style. */
+ * first failure wins.  fmt is printf-style.  s should be one of the
+ * graft_status error codes; any other number (GRAFT_OK, a positive number)
+ * is recorded as GRAFT_EINVAL with the number in the message, so calls only
+ * ever return documented statuses. */
 GRAFT_API graft_status graft_trace_fail(graft_trace *t, graft_status s,
                                         const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* 1 if v is a poison value (or NULL). */
+/* 1 if v is a poison value, NULL, or not a value of a trace running on
+ * this thread (a handle kept after its callback returned).  A value handle
+ * carries the identity of its trace and is never dereferenced: passing a
+ * stale or foreign handle to an op, a gradient builder or as an output
+ * fails the trace with GRAFT_EMISUSE, and the accessors below treat it like
+ * poison (f32, rank 0, NULL shape). */
 GRAFT_API int graft_value_is_poison(const graft_value *v);
 GRAFT_API graft_dtype graft_value_dtype(const graft_value *v);
 GRAFT_API int graft_value_rank(const graft_value *v);

@@ -28,6 +28,13 @@ char *graft__strdup(const char *s);
  * Returns GRAFT_OK or GRAFT_ENOMEM (arr unchanged). */
 graft_status graft__grow(void **arr, int64_t *cap, int64_t need, size_t elem);
 
+/* 1 when s is one of graft_status's error codes (negative, listed in
+ * GRAFT_STATUS_MAP); 0 for GRAFT_OK and for any other number. */
+int graft__status_is_error(int s);
+/* What graft reports in place of a number a user callback returned (or
+ * passed to graft_trace_fail) that is not a graft_status error code. */
+#define GRAFT__STATUS_FOREIGN GRAFT_EINVAL
+
 /* printf into buf of GRAFT__MSG_LEN (truncating). */
 void graft__msgf(char *buf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -21,3 +21,14 @@ GRAFT_API const char *graft_status_name(graft_status s) {
   }
   return "GRAFT_UNKNOWN";
 }
+
+int graft__status_is_error(int s) {
+  switch (s) {
+#define X(name, num, msg) \
+  case GRAFT_##name:      \
+    return s != GRAFT_OK;
+    GRAFT_STATUS_MAP(X)
+#undef X
+  }
+  return 0;
+}

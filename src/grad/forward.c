@@ -42,9 +42,9 @@ GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *pr
   }
   uint32_t hi = graft__grad_mark_to_y(g, n_y, ys, to_y);
   for (int i = 0; i < n_x; i++) {
-    seeded[primals[i]->id] = 1;
-    if (graft__grad_is_float(primals[i])) tan[primals[i]->id] = tangents[i];
-    lo = GRAFT__MIN(lo, primals[i]->id);
+    seeded[graft__value_id(primals[i])] = 1;
+    if (graft__grad_is_float(primals[i])) tan[graft__value_id(primals[i])] = tangents[i];
+    lo = GRAFT__MIN(lo, graft__value_id(primals[i]));
   }
 
   uint8_t role = t->role;
@@ -52,7 +52,7 @@ GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *pr
   for (uint32_t id = lo; id < hi && !t->status; id++) {
     if (seeded[id] || !to_y[id]) continue;
     graft__node *nd = graft__graph_node(g, id);
-    if (nd->n_in == 0 || !graft__grad_is_float(&nd->v)) continue;
+    if (nd->n_in == 0 || !graft__grad_is_float(graft__value(g, id))) continue;
     graft__grad_args a; /* a.aux: the inputs' tangents */
     if (!graft__grad_args_get(t, fn, nd, &a)) break;
     int any = 0;
@@ -60,11 +60,11 @@ GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *pr
       a.aux[j] = graft__grad_is_float(a.in[j]) ? tan[nd->in[j]] : NULL;
       any |= a.aux[j] != NULL;
     }
-    if (any) tan[id] = graft__jvp[nd->op](t, nd, a.in, &nd->v, a.aux);
+    if (any) tan[id] = graft__jvp[nd->op](t, nd, a.in, graft__value(g, id), a.aux);
     graft__grad_args_free(&a);
   }
   for (int k = 0; k < n_y && !t->status; k++) {
-    graft_value *v = graft__grad_is_float(ys[k]) ? tan[ys[k]->id] : NULL;
+    graft_value *v = graft__grad_is_float(ys[k]) ? tan[graft__value_id(ys[k])] : NULL;
     jvps[k] = graft__grad_unconnected(t, policy, v, ys[k]);
   }
   st = graft__grad_finish(t, role, n_y, jvps);

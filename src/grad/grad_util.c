@@ -117,9 +117,9 @@ int graft__grad_is_float(const graft_value *v) {
 }
 
 int graft__grad_same_type(const graft_value *a, const graft_value *b) {
-  const graft__node *x = (const graft__node *)a, *y = (const graft__node *)b;
-  return x->dtype == y->dtype && x->rank == y->rank &&
-         !memcmp(x->shape, y->shape, (size_t)x->rank * sizeof *x->shape);
+  int r = graft_value_rank(a);
+  return graft_value_dtype(a) == graft_value_dtype(b) && r == graft_value_rank(b) &&
+         (r == 0 || !memcmp(graft_value_shape(a), graft_value_shape(b), (size_t)r * sizeof(int64_t)));
 }
 
 graft_status graft__grad_check_values(graft_trace *t, const char *fn, const char *what, int n,
@@ -129,9 +129,16 @@ graft_status graft__grad_check_values(graft_trace *t, const char *fn, const char
       if (allow_null) continue;
       return graft_trace_fail(t, GRAFT_EINVAL, "%s: %s[%d] is NULL", fn, what, i);
     }
-    if (v[i]->g != t->g)
-      return graft_trace_fail(t, GRAFT_EMISUSE, "%s: %s[%d] belongs to another trace", fn, what, i);
-    if (v[i]->id == GRAFT__POISON_ID) return t->status ? t->status : GRAFT_EINVAL;
+    switch (graft__trace_value(t, v[i], NULL)) {
+    case GRAFT__VALUE_NODE:
+    case GRAFT__VALUE_NULL: break;
+    case GRAFT__VALUE_POISON:
+      return graft_trace_fail(t, GRAFT_EMISUSE, "%s: %s[%d] is the poison value of another (failed) trace",
+                              fn, what, i);
+    case GRAFT__VALUE_FOREIGN:
+      return graft_trace_fail(t, GRAFT_EMISUSE,
+                              "%s: %s[%d] belongs to another trace, or to one that ended", fn, what, i);
+    }
   }
   return GRAFT_OK;
 }
@@ -140,8 +147,8 @@ uint32_t graft__grad_mark_to_y(const graft__graph *g, int n_y, graft_value *cons
                                uint8_t *to_y) {
   uint32_t hi = 0;
   for (int k = 0; k < n_y; k++) {
-    to_y[ys[k]->id] = 1;
-    hi = GRAFT__MAX(hi, ys[k]->id + 1);
+    to_y[graft__value_id(ys[k])] = 1;
+    hi = GRAFT__MAX(hi, graft__value_id(ys[k]) + 1);
   }
   for (uint32_t id = hi; id-- > 0;) {
     if (!to_y[id]) continue;
@@ -166,7 +173,7 @@ int graft__grad_args_get(graft_trace *t, const char *fn, const graft__node *nd,
     }
   }
   for (int j = 0; j < nd->n_in; j++) {
-    a->in[j] = &graft__graph_node(t->g, nd->in[j])->v;
+    a->in[j] = graft__value(t->g, nd->in[j]);
     a->aux[j] = NULL;
   }
   return 1;

@@ -48,8 +48,8 @@ GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *con
   /* Forward from the xs, backward from the ys: the nodes in between. */
   uint32_t lo = n;
   for (int i = 0; i < n_x; i++) {
-    from_x[xs[i]->id] = 1;
-    lo = GRAFT__MIN(lo, xs[i]->id);
+    from_x[graft__value_id(xs[i])] = 1;
+    lo = GRAFT__MIN(lo, graft__value_id(xs[i]));
   }
   for (uint32_t id = lo; id < n; id++) {
     const graft__node *nd = graft__graph_node(g, id);
@@ -60,18 +60,18 @@ GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *con
   uint8_t role = t->role;
   t->role = GRAFT__ROLE_BACKWARD;
   for (int k = 0; k < n_y; k++) {
-    if (!from_x[ys[k]->id] || !graft__grad_is_float(ys[k])) continue;
+    if (!from_x[graft__value_id(ys[k])] || !graft__grad_is_float(ys[k])) continue;
     graft_value *seed = seeds && seeds[k] ? seeds[k] : graft_ones_like(t, ys[k]);
-    accumulate(t, cot, ys[k]->id, seed);
+    accumulate(t, cot, graft__value_id(ys[k]), seed);
   }
   /* Snapshot n: the rules append nodes, which need no visiting. */
   for (uint32_t id = hi; id-- > lo && !t->status;) {
     if (!cot[id] || !from_x[id] || !to_y[id]) continue;
     graft__node *nd = graft__graph_node(g, id);
-    if (!graft__grad_is_float(&nd->v) || nd->n_in == 0) continue;
+    if (!graft__grad_is_float(graft__value(g, id)) || nd->n_in == 0) continue;
     graft__grad_args a; /* a.aux: the inputs' cotangents, set by the rule */
     if (!graft__grad_args_get(t, fn, nd, &a)) break;
-    graft__vjp[nd->op](t, nd, a.in, &nd->v, cot[id], a.aux);
+    graft__vjp[nd->op](t, nd, a.in, graft__value(g, id), cot[id], a.aux);
     for (int j = 0; j < nd->n_in && !t->status; j++) {
       uint32_t u = nd->in[j];
       if (!a.aux[j] || !from_x[u] || !to_y[u] || !graft__grad_is_float(a.in[j])) continue;
@@ -81,7 +81,7 @@ GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *con
   }
   for (int i = 0; i < n_x && !t->status; i++) {
     if (!graft__grad_is_float(xs[i])) continue; /* integer xs: NULL under either policy */
-    grads[i] = graft__grad_unconnected(t, policy, cot[xs[i]->id], xs[i]);
+    grads[i] = graft__grad_unconnected(t, policy, cot[graft__value_id(xs[i])], xs[i]);
   }
   st = graft__grad_finish(t, role, n_x, grads);
 out:

@@ -3,9 +3,16 @@
 
 #include "graph/graph.h"
 
+/* Graph serials: 32 bits, never 0 (the poison's).  A stale handle is taken
+ * for a live one only if its graph was made exactly a multiple of 2^32 - 1
+ * graphs earlier and that graph's serial is live again. */
+static uint32_t next_serial;
+
 graft__graph *graft__graph_create(const char *name, int n_inputs, int n_outputs) {
   graft__graph *g = graft__calloc(1, sizeof *g);
   if (!g) return NULL;
+  do g->serial = __atomic_add_fetch(&next_serial, 1, __ATOMIC_RELAXED);
+  while (g->serial == 0);
   g->name = graft__strdup(name ? name : "function");
   g->inputs = graft__calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *g->inputs);
   g->outputs = graft__calloc((size_t)(n_outputs ? n_outputs : 1), sizeof *g->outputs);
@@ -51,8 +58,7 @@ graft__node *graft__graph_add(graft__graph *g, int op, int n_in, const uint32_t 
   }
   graft__node *n = graft__graph_node(g, id);
   memset(n, 0, sizeof *n);
-  n->v.g = g;
-  n->v.id = id;
+  n->id = id;
   n->op = (uint16_t)op;
   n->n_in = n_in;
   n->in = ins;
@@ -78,14 +84,16 @@ graft_status graft__graph_ref_var(graft__graph *g, graft_variable *v) {
 }
 
 /* Ids are topological, so one backward sweep marks everything that reaches
- * an output or a side effect. */
+ * an output, a side effect or an op that can fail on data: pruning may drop
+ * work, never a check (a label out of range must fail the call whatever it
+ * outputs, so that no assign commits an update computed from it). */
 void graft__graph_prune(const graft__graph *g, uint8_t *live) {
   memset(live, 0, g->n_nodes);
   for (int i = 0; i < g->n_outputs; i++)
     if (g->outputs[i] < g->n_nodes) live[g->outputs[i]] = 1;
   for (uint32_t id = g->n_nodes; id-- > 0;) {
     const graft__node *n = graft__graph_node(g, id);
-    if (graft__ops[n->op].flags & GRAFT__OPF_SIDE_EFFECT) live[id] = 1;
+    if (graft__ops[n->op].flags & (GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_FALLIBLE)) live[id] = 1;
     if (!live[id]) continue;
     for (int i = 0; i < n->n_in; i++) live[n->in[i]] = 1;
   }

@@ -3,7 +3,7 @@
  *
  * A graph is an append-only list of single-output nodes.  A node's inputs
  * always have smaller ids, so id order is a topological order.  Node storage
- * is chunked so a node's address (and so a graft_value) never moves.
+ * is chunked so a node's address never moves.
  *
  * Shapes may hold symbolic dims (codes GRAFT_DIM_SYM(k) < -1, see trace.h).
  * At compile, every shape rule runs again in concrete mode with the sizes of
@@ -23,13 +23,13 @@
 #include "graft/trace.h"
 #include "graph/op_map.h"
 
-/* A public value handle is embedded at the top of each node. */
-struct graft_value {
-  struct graft__graph *g;
-  uint32_t id;
-};
-
+/* A value handle is not memory: it encodes its graph's serial (high 32
+ * bits) and the node id (low 32 bits), so a handle outliving its trace is
+ * recognised by its serial and never read (the struct is never defined).
+ * Serial 0 is no graph's: (0, GRAFT__POISON_ID) is the poison value. */
 #define GRAFT__POISON_ID UINT32_MAX
+#define GRAFT__POISON ((graft_value *)(uintptr_t)GRAFT__POISON_ID)
+_Static_assert(sizeof(uintptr_t) >= 8, "value handles encode 64 bits in a pointer");
 
 /* Who emitted a node: the user's trace, or a gradient builder (for DOT). */
 enum graft__role { GRAFT__ROLE_FORWARD = 0, GRAFT__ROLE_BACKWARD, GRAFT__ROLE_TANGENT };
@@ -52,7 +52,7 @@ typedef union graft__attr {
 } graft__attr;
 
 typedef struct graft__node {
-  graft_value v;               /* must stay first: (graft_value *) == node */
+  uint32_t id;
   uint16_t op;                 /* graft__op */
   uint8_t dtype;               /* graft_dtype of the output */
   uint8_t rank;
@@ -80,6 +80,7 @@ typedef struct graft__sym {
 typedef struct graft__graph {
   graft__node **chunks;        /* GRAFT__CHUNK nodes each */
   int64_t n_chunks, cap_chunks;
+  uint32_t serial;             /* nonzero, carried by this graph's value handles */
   uint32_t n_nodes;
   graft__arena arena;          /* input lists, constant data */
   graft__sym *syms;
@@ -99,6 +100,21 @@ typedef struct graft__graph {
 
 static inline graft__node *graft__graph_node(const graft__graph *g, uint32_t id) {
   return &g->chunks[id >> GRAFT__CHUNK_BITS][id & (GRAFT__CHUNK - 1)];
+}
+
+/* The handle of node id of g. */
+static inline graft_value *graft__value(const graft__graph *g, uint32_t id) {
+  return (graft_value *)(uintptr_t)((uint64_t)g->serial << 32 | id);
+}
+/* The node id a handle names (whatever its graph: check with
+ * graft__value_node first where the handle comes from the user). */
+static inline uint32_t graft__value_id(const graft_value *v) { return (uint32_t)(uintptr_t)v; }
+/* The node of g that v names, or NULL when v is not a value of g (NULL,
+ * poison, another graph's, or a graph's that is gone). */
+static inline graft__node *graft__value_node(const graft__graph *g, const graft_value *v) {
+  uint64_t h = (uint64_t)(uintptr_t)v;
+  if ((uint32_t)(h >> 32) != g->serial || (uint32_t)h >= g->n_nodes) return NULL;
+  return graft__graph_node(g, (uint32_t)h);
 }
 
 /* Op table rows, from GRAFT_OP_MAP. */
@@ -142,7 +158,8 @@ int64_t graft__graph_new_sym(graft__graph *g, int input, int dim);
 /* Record that g references v (takes a reference once per variable). */
 graft_status graft__graph_ref_var(graft__graph *g, graft_variable *v);
 
-/* live[i] = 1 for nodes that reach an output or a side effect. */
+/* live[i] = 1 for nodes that reach an output, a side effect or a node
+ * that can fail on data (GRAFT__OPF_FALLIBLE). */
 void graft__graph_prune(const graft__graph *g, uint8_t *live);
 
 /* Write g in Graphviz DOT: inputs, variables, constants, ops and side
@@ -174,17 +191,40 @@ void graft__variable_ref(graft_variable *v);
 void graft__variable_unref(graft_variable *v);
 
 /* ---- trace ----------------------------------------------------------- */
+/* Custom VJP rules that may run inside one another (a rule that builds
+ * gradients of a region with a rule of its own): deeper is refused. */
+#define GRAFT__MAX_VJP_DEPTH 16
+
 struct graft_trace {
   graft__graph *g;
   graft_status status;
   char msg[GRAFT__MSG_LEN];
-  graft_value poison;
   /* current value (node id) of each assigned variable in this trace */
   graft__ptrmap cur;
   uint8_t role;    /* role of the nodes being emitted */
+  /* The traces running on this thread, innermost first (a callback may
+   * call another function, which traces): the value accessors accept
+   * only values of these. */
+  struct graft_trace *outer;
+  /* CUSTOM nodes whose VJP rule is running, outermost first. */
+  uint32_t vjp_active[GRAFT__MAX_VJP_DEPTH];
+  int vjp_depth;
 };
 
-/* Initialise t for tracing into g; graft__trace_end frees what it owns. */
+/* What a value handle is to trace t. */
+typedef enum graft__value_kind {
+  GRAFT__VALUE_NODE = 0,   /* a node of t's graph (*node set) */
+  GRAFT__VALUE_NULL,
+  GRAFT__VALUE_POISON,     /* graft__poison */
+  GRAFT__VALUE_FOREIGN     /* of another trace, or of one that ended */
+} graft__value_kind;
+/* Classify v for t (handles are never read: see graft__value). */
+graft__value_kind graft__trace_value(const graft_trace *t, const graft_value *v,
+                                     graft__node **node);
+
+/* Initialise t for tracing into g and make it the calling thread's
+ * innermost trace; graft__trace_end (same thread, innermost first) undoes
+ * that and frees what t owns. */
 void graft__trace_begin(graft_trace *t, graft__graph *g);
 void graft__trace_end(graft_trace *t);
 /* Record a failure on t (first wins). */

@@ -19,25 +19,60 @@ typedef struct spec {
 static graft_value *fail_op(graft_trace *t, int op, graft_status s, const char *reason) {
   graft__trace_failf(t, s, "%s: %s (op #%u in trace '%s')", graft__ops[op].name, reason,
                      t->g->n_nodes, t->g->name);
-  return &t->poison;
+  return GRAFT__POISON;
 }
 
-/* Common entry checks; returns NULL to go on, else the value to return. */
+/* The node of a value already checked to be of t (check_inputs). */
+static graft__node *node(const graft_trace *t, const graft_value *v) {
+  return graft__value_node(t->g, v);
+}
+
+/* Common entry checks; returns NULL to go on, else the value to return.
+ * Handles are classified by address (graft__trace_value), so a value of
+ * another trace, or of one that ended, is refused without being read. */
 static graft_value *check_inputs(graft_trace *t, int op, int n_in, graft_value *const *in) {
-  if (t->status != GRAFT_OK) return &t->poison;
+  if (t->status != GRAFT_OK) return GRAFT__POISON;
   for (int i = 0; i < n_in; i++) {
-    char why[96];
-    if (!in[i]) {
+    char why[128];
+    switch (graft__trace_value(t, in[i], NULL)) {
+    case GRAFT__VALUE_NODE: continue;
+    case GRAFT__VALUE_NULL:
       snprintf(why, sizeof why, "input %d is NULL", i);
       return fail_op(t, op, GRAFT_EINVAL, why);
-    }
-    if (in[i]->g != t->g) {
-      snprintf(why, sizeof why, "input %d belongs to another trace", i);
+    case GRAFT__VALUE_POISON:
+      /* This trace has not failed, so the poison came from another. */
+      snprintf(why, sizeof why, "input %d is the poison value of another (failed) trace", i);
+      return fail_op(t, op, GRAFT_EMISUSE, why);
+    case GRAFT__VALUE_FOREIGN:
+      snprintf(why, sizeof why,
+               "input %d belongs to another trace, or to one that ended (values are valid only "
+               "in the callback that made them)", i);
       return fail_op(t, op, GRAFT_EMISUSE, why);
     }
-    if (in[i]->id == GRAFT__POISON_ID) return &t->poison;
   }
   return NULL;
+}
+
+/* The output's size must exist (graft__size_check): with every dim
+ * concrete, checked now; with symbols, the concrete dims alone must fit
+ * (compile checks the rest once the symbols are bound). */
+static graft_status size_ok(const graft__shape *o, char *msg) {
+  int64_t dims[GRAFT_MAX_RANK];
+  int r = 0;
+  for (int i = 0; i < o->rank; i++)
+    if (o->dims[i] >= 0) dims[r++] = o->dims[i];
+  graft_status st = graft__size_check(r, dims, o->dtype, NULL, NULL, msg, GRAFT__MSG_LEN);
+  if (st && r < o->rank) {
+    char shape[160];
+    graft__shape_str(shape, sizeof shape, o->rank, o->dims);
+    graft__msgf(msg, "output %s%s: its concrete dims alone hold too many elements",
+                graft_dtype_name(o->dtype), shape);
+  } else if (st) {
+    char why[GRAFT__MSG_LEN];
+    snprintf(why, sizeof why, "output %s", msg);
+    graft__msgf(msg, "%s", why);
+  }
+  return st;
 }
 
 static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *const *in) {
@@ -60,8 +95,8 @@ static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *
     }
   }
   for (int i = 0; i < n_in; i++) {
-    graft__node_shape((const graft__node *)in[i], &ins[i]);
-    ids[i] = in[i]->id;
+    graft__node_shape(node(t, in[i]), &ins[i]);
+    ids[i] = graft__value_id(in[i]);
   }
 
   /* The rule sees a node on the stack first: a failed op appends nothing. */
@@ -79,6 +114,7 @@ static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *
   graft__shape out;
   graft_value *ret;
   graft_status st = graft__shape_infer(&c, &probe, ins, &out);
+  if (st == GRAFT_OK) st = size_ok(&out, c.msg);
   if (st != GRAFT_OK) {
     ret = fail_op(t, sp->op, st, c.msg);
   } else {
@@ -92,7 +128,7 @@ static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *
       n->fill = sp->fill;
       n->attr = sp->attr;
       n->role = t->role;
-      ret = &n->v;
+      ret = graft__value(t->g, n->id);
     }
   }
   if (ins != shapes) graft__free(ins);
@@ -117,21 +153,44 @@ static const char *bad_shape(const graft_trace *t, int rank, const int64_t *shap
   return NULL;
 }
 
+/* A single-axis argument as the user gave it (negative: from the end):
+ * the normalized axis in *out, or 0 after failing the trace with a message
+ * that names the given axis and the accepted range. */
+static int axis_ok(graft_trace *t, int op, int axis, int rank, int *out) {
+  int a = axis < 0 ? axis + rank : axis;
+  if (rank > 0 && a >= 0 && a < rank) {
+    *out = a;
+    return 1;
+  }
+  char why[128];
+  if (rank == 0)
+    snprintf(why, sizeof why, "axis %d: a rank-0 input has no axis", axis);
+  else
+    snprintf(why, sizeof why, "axis %d is out of range for rank %d (expected %d..%d)", axis, rank,
+             -rank, rank - 1);
+  fail_op(t, op, GRAFT_EINVAL, why);
+  return 0;
+}
+
 /* ---- leaves -------------------------------------------------------------- */
 
 static graft_value *leaf(graft_trace *t, int op, graft_dtype dt, int rank, const int64_t *shape,
                          double v, const void *data) {
   if (!t) return NULL;
-  if (t->status) return &t->poison;
+  if (t->status) return GRAFT__POISON;
   if (!dtype_ok(dt)) return fail_op(t, op, GRAFT_EDTYPE, "invalid dtype");
   const char *why = bad_shape(t, rank, shape, 0);
   if (why) return fail_op(t, op, GRAFT_EINVAL, why);
   spec sp = {.op = op, .dtype = dt, .fill = v, .rank = rank, .shape = shape};
   if (op == GRAFT__OP_CONST) {
     if (!data) return fail_op(t, op, GRAFT_EINVAL, "data is NULL");
-    int64_t n = graft__numel(rank, shape);
-    if (n < 0) return fail_op(t, op, GRAFT_EINVAL, "constants need concrete dims");
-    size_t bytes = (size_t)n * graft_dtype_size(dt);
+    for (int i = 0; i < rank; i++)
+      if (shape[i] < 0) return fail_op(t, op, GRAFT_EINVAL, "constants need concrete dims");
+    int64_t nb;
+    char why[GRAFT__MSG_LEN];
+    graft_status st = graft__size_check(rank, shape, dt, NULL, &nb, why, sizeof why);
+    if (st) return fail_op(t, op, st, why);
+    size_t bytes = (size_t)nb;
     void *copy = graft__arena_alloc(&t->g->arena, bytes ? bytes : 1);
     if (!copy) return fail_op(t, op, GRAFT_ENOMEM, "out of memory");
     memcpy(copy, data, bytes);
@@ -161,7 +220,7 @@ static graft_value *fill_like(graft_trace *t, graft_value *x, double v) {
   if (!t) return NULL;
   graft_value *early = check_inputs(t, GRAFT__OP_FILL, 1, &x);
   if (early) return early;
-  const graft__node *n = (const graft__node *)x;
+  const graft__node *n = node(t, x);
   return leaf(t, GRAFT__OP_FILL, (graft_dtype)n->dtype, n->rank, n->shape, v, NULL);
 }
 
@@ -254,7 +313,7 @@ static graft_value *reduce(graft_trace *t, int op, graft_value *x, int n_axes, c
   if (!t) return NULL;
   graft_value *early = check_inputs(t, op, 1, &x);
   if (early) return early;
-  int rank = ((const graft__node *)x)->rank;
+  int rank = node(t, x)->rank;
   unsigned mask = 0;
   char why[96];
   if (n_axes < 0 || (n_axes > 0 && !axes)) return fail_op(t, op, GRAFT_EINVAL, "bad axes list");
@@ -262,7 +321,11 @@ static graft_value *reduce(graft_trace *t, int op, graft_value *x, int n_axes, c
   for (int i = 0; i < n_axes; i++) {
     int a = axes[i] < 0 ? axes[i] + rank : axes[i];
     if (a < 0 || a >= rank) {
-      snprintf(why, sizeof why, "axis %d out of range for rank %d", axes[i], rank);
+      if (rank == 0)
+        snprintf(why, sizeof why, "axis %d: a rank-0 input has no axis", axes[i]);
+      else
+        snprintf(why, sizeof why, "axis %d is out of range for rank %d (expected %d..%d)", axes[i],
+                 rank, -rank, rank - 1);
       return fail_op(t, op, GRAFT_EINVAL, why);
     }
     if (mask & (1u << a)) {
@@ -305,7 +368,7 @@ GRAFT_API graft_value *graft_transpose(graft_trace *t, graft_value *x, const int
   if (!t) return NULL;
   graft_value *early = check_inputs(t, GRAFT__OP_TRANSPOSE, 1, &x);
   if (early) return early;
-  int rank = ((const graft__node *)x)->rank;
+  int rank = node(t, x)->rank;
   spec sp = {.op = GRAFT__OP_TRANSPOSE};
   for (int i = 0; i < rank; i++) sp.attr.transpose.perm[i] = perm ? perm[i] : rank - 1 - i;
   return emit(t, &sp, 1, &x);
@@ -343,7 +406,7 @@ GRAFT_API graft_value *graft_slice(graft_trace *t, graft_value *x, const int64_t
   if (!t) return NULL;
   graft_value *early = check_inputs(t, GRAFT__OP_SLICE, 1, &x);
   if (early) return early;
-  int rank = ((const graft__node *)x)->rank;
+  int rank = node(t, x)->rank;
   if (rank && (!begin || !size)) return fail_op(t, GRAFT__OP_SLICE, GRAFT_EINVAL, "begin or size is NULL");
   spec sp = {.op = GRAFT__OP_SLICE};
   for (int i = 0; i < rank; i++) {
@@ -365,7 +428,7 @@ GRAFT_API graft_value *graft_pad(graft_trace *t, graft_value *x, const int64_t *
   if (!t) return NULL;
   graft_value *early = check_inputs(t, GRAFT__OP_PAD, 1, &x);
   if (early) return early;
-  int xr = ((const graft__node *)x)->rank;
+  int xr = node(t, x)->rank;
   if (rank != xr) return fail_op(t, GRAFT__OP_PAD, GRAFT_ESHAPE, "target rank differs from the input's");
   if (xr && !begin) return fail_op(t, GRAFT__OP_PAD, GRAFT_EINVAL, "begin is NULL");
   const char *why = bad_shape(t, rank, shape, 0);
@@ -381,7 +444,7 @@ GRAFT_API graft_value *graft_pad(graft_trace *t, graft_value *x, const int64_t *
 GRAFT_API graft_value *graft_custom_gradient(graft_trace *t, int n_x, graft_value *const *xs,
                                              graft_value *y, graft_vjp_fn vjp, void *user) {
   if (!t) return NULL;
-  if (t->status) return &t->poison;
+  if (t->status) return GRAFT__POISON;
   if (n_x < 0 || (n_x && !xs) || !vjp)
     return fail_op(t, GRAFT__OP_CUSTOM, GRAFT_EINVAL, "needs n_x >= 0 values and a vjp function");
   graft__custom *rec = graft__arena_alloc(&t->g->arena, sizeof *rec);
@@ -403,13 +466,13 @@ GRAFT_API graft_value *graft_custom_gradient(graft_trace *t, int n_x, graft_valu
 
 GRAFT_API graft_value *graft_concat(graft_trace *t, int n, graft_value *const *xs, int axis) {
   if (!t) return NULL;
-  if (t->status) return &t->poison;
+  if (t->status) return GRAFT__POISON;
   if (n < 1 || !xs) return fail_op(t, GRAFT__OP_CONCAT, GRAFT_EINVAL, "needs n >= 1 values");
   graft_value *early = check_inputs(t, GRAFT__OP_CONCAT, n, xs);
   if (early) return early;
-  int rank = ((const graft__node *)xs[0])->rank;
+  int rank = node(t, xs[0])->rank;
   spec sp = {.op = GRAFT__OP_CONCAT};
-  sp.attr.axis.axis = axis < 0 ? axis + rank : axis;
+  if (!axis_ok(t, GRAFT__OP_CONCAT, axis, rank, &sp.attr.axis.axis)) return GRAFT__POISON;
   return emit(t, &sp, n, xs);
 }
 
@@ -425,9 +488,9 @@ static graft_value *softmax_like(graft_trace *t, int op, graft_value *x, int axi
   if (!t) return NULL;
   graft_value *early = check_inputs(t, op, 1, &x);
   if (early) return early;
-  int rank = ((const graft__node *)x)->rank;
+  int rank = node(t, x)->rank;
   spec sp = {.op = op};
-  sp.attr.axis.axis = axis < 0 ? axis + rank : axis;
+  if (!axis_ok(t, op, axis, rank, &sp.attr.axis.axis)) return GRAFT__POISON;
   return emit(t, &sp, 1, &x);
 }
 
@@ -457,7 +520,7 @@ static graft_status set_current(graft_trace *t, graft_variable *v, uint32_t id) 
 }
 
 static graft_value *var_check(graft_trace *t, int op, graft_variable *v) {
-  if (t->status) return &t->poison;
+  if (t->status) return GRAFT__POISON;
   if (!v) return fail_op(t, op, GRAFT_EINVAL, "variable is NULL");
   if (__atomic_load_n(&v->destroyed, __ATOMIC_ACQUIRE)) {
     return fail_op(t, op, GRAFT_EMISUSE, "variable was destroyed");
@@ -471,13 +534,13 @@ GRAFT_API graft_value *graft_read(graft_trace *t, graft_variable *v) {
   graft_value *early = var_check(t, GRAFT__OP_VAR_READ, v);
   if (early) return early;
   uint32_t cur = current(t, v);
-  if (cur != GRAFT__POISON_ID) return &graft__graph_node(t->g, cur)->v;
+  if (cur != GRAFT__POISON_ID) return graft__value(t->g, cur);
   const graft_tensor *val = v->value;
   spec sp = {.op = GRAFT__OP_VAR_READ, .dtype = graft_tensor_dtype(val),
              .rank = graft_tensor_rank(val), .shape = graft_tensor_shape(val)};
   sp.attr.var.var = v;
   graft_value *r = emit(t, &sp, 0, NULL);
-  if (r->id != GRAFT__POISON_ID && set_current(t, v, r->id))
+  if (r != GRAFT__POISON && set_current(t, v, graft__value_id(r)))
     return fail_op(t, GRAFT__OP_VAR_READ, GRAFT_ENOMEM, "out of memory");
   return r;
 }
@@ -489,7 +552,7 @@ GRAFT_API graft_value *graft_assign(graft_trace *t, graft_variable *v, graft_val
   spec sp = {.op = GRAFT__OP_ASSIGN};
   sp.attr.var.var = v;
   graft_value *r = emit(t, &sp, 1, &x);
-  if (r->id != GRAFT__POISON_ID && set_current(t, v, r->id))
+  if (r != GRAFT__POISON && set_current(t, v, graft__value_id(r)))
     return fail_op(t, GRAFT__OP_ASSIGN, GRAFT_ENOMEM, "out of memory");
   return r;
 }
@@ -508,21 +571,19 @@ static int is_scalar_into(const graft__node *n, int rank) {
  * as the two ops: mul_add rounds the product first, and negating s is
  * exact.  NULL when d is not of that form. */
 static graft_value *fused_update(graft_trace *t, graft_value *old, graft_value *d, int op) {
-  if (old->id == GRAFT__POISON_ID || d->id == GRAFT__POISON_ID) return NULL;
-  const graft__node *m = (const graft__node *)d, *o = (const graft__node *)old;
-  if (m->op != GRAFT__OP_MUL || m->n_in != 2 || m->dtype != o->dtype) return NULL;
-  graft_value *s = &graft__graph_node(t->g, m->in[0])->v;
-  graft_value *g = &graft__graph_node(t->g, m->in[1])->v;
-  if (!is_scalar_into((const graft__node *)s, o->rank)) {
-    graft_value *x = s;
+  const graft__node *m = node(t, d), *o = node(t, old);
+  if (!m || !o || m->op != GRAFT__OP_MUL || m->n_in != 2 || m->dtype != o->dtype) return NULL;
+  const graft__node *s = graft__graph_node(t->g, m->in[0]), *g = graft__graph_node(t->g, m->in[1]);
+  if (!is_scalar_into(s, o->rank)) {
+    const graft__node *x = s;
     s = g;
     g = x;
   }
-  const graft__node *gn = (const graft__node *)g;
-  if (!is_scalar_into((const graft__node *)s, o->rank) || gn->rank != o->rank ||
-      memcmp(gn->shape, o->shape, (size_t)o->rank * sizeof *o->shape) != 0)
+  if (!is_scalar_into(s, o->rank) || g->rank != o->rank ||
+      memcmp(g->shape, o->shape, (size_t)o->rank * sizeof *o->shape) != 0)
     return NULL;
-  return graft_mul_add(t, op == GRAFT__OP_SUB ? graft_neg(t, s) : s, g, old);
+  graft_value *sv = graft__value(t->g, s->id), *gv = graft__value(t->g, g->id);
+  return graft_mul_add(t, op == GRAFT__OP_SUB ? graft_neg(t, sv) : sv, gv, old);
 }
 
 static graft_value *assign_op(graft_trace *t, graft_variable *v, graft_value *d, int op) {

@@ -6,6 +6,7 @@
  * check is made).  Symbols that an op creates (a reshape's inferred dim, the
  * broadcast of two unrelated symbols) are "derived": compile binds them when
  * graft__shape_unify meets them. */
+#include <limits.h>
 #include <string.h>
 
 #include "graph/graph.h"
@@ -190,6 +191,12 @@ graft_status graft__shape_matmul(graft__shape_ctx *c, const graft__node *n,
   if (ka != kb && ka >= 0 && kb >= 0)
     return fail(c, GRAFT_ESHAPE, "inner dimensions differ: %s x %s%s%s", shp(x, a), shp(y, b),
                 ta ? " (a transposed)" : "", tb ? " (b transposed)" : "");
+  /* CBLAS takes int sizes: a larger concrete matrix dim cannot be run. */
+  const int64_t mnk[3] = {m, ka >= 0 ? ka : kb, nn};
+  for (int i = 0; i < 3; i++)
+    if (mnk[i] > INT_MAX)
+      return fail(c, GRAFT_EUNSUPPORTED, "%s x %s: matrix dim %lld exceeds the BLAS int range (%d)",
+                  shp(x, a), shp(y, b), (long long)mnk[i], INT_MAX);
   graft__shape ba = *a, bb = *b;
   ba.rank -= 2;
   bb.rank -= 2;
@@ -234,8 +241,8 @@ graft_status graft__shape_reshape(graft__shape_ctx *c, const graft__node *n,
                                   const graft__shape *in, graft__shape *out) {
   graft__shape o;
   target_shape(c, n, in[0].dtype, &o);
-  int infer = -1, sym = 0;
-  int64_t known = 1;
+  int infer = -1, sym = 0, n_known = 0;
+  int64_t kdims[GRAFT_MAX_RANK];
   for (int i = 0; i < o.rank; i++) {
     if (o.dims[i] == -1) {
       if (infer >= 0) return fail(c, GRAFT_EINVAL, "more than one -1 in the target shape");
@@ -243,8 +250,13 @@ graft_status graft__shape_reshape(graft__shape_ctx *c, const graft__node *n,
     } else if (o.dims[i] < 0) {
       sym = 1;
     } else {
-      known *= o.dims[i];
+      kdims[n_known++] = o.dims[i];
     }
+  }
+  int64_t known = graft__numel(n_known, kdims); /* the one zero-size rule */
+  if (known < 0) {
+    shape_buf y;
+    return fail(c, GRAFT_ESHAPE, "target shape %s has more than INT64_MAX elements", shp(y, &o));
   }
   int64_t total = graft__numel(in[0].rank, in[0].dims); /* -1 if symbolic */
   shape_buf x, y;
@@ -311,8 +323,12 @@ graft_status graft__shape_slice(graft__shape_ctx *c, const graft__node *n,
     }
     if (b > d || (s >= 0 && s > d - b)) {
       shape_buf x;
-      return fail(c, GRAFT_EINVAL, "dim %d: [%lld, %lld) is out of bounds of %s", i, (long long)b,
-                  (long long)(s >= 0 ? b + s : d), shp(x, &in[0]));
+      if (s < 0)
+        return fail(c, GRAFT_EINVAL, "dim %d: begin %lld is past the end of %s (dim size %lld)", i,
+                    (long long)b, shp(x, &in[0]), (long long)d);
+      return fail(c, GRAFT_EINVAL,
+                  "dim %d: begin %lld + size %lld is out of bounds of %s (dim size %lld)", i,
+                  (long long)b, (long long)s, shp(x, &in[0]), (long long)d);
     }
     o.dims[i] = s >= 0 ? s : d - b;
   }
@@ -326,7 +342,8 @@ graft_status graft__shape_pad(graft__shape_ctx *c, const graft__node *n,
   for (int i = 0; i < in[0].rank; i++) {
     int64_t b = n->attr.slice.begin[i], t = res(c, n->attr.slice.size[i]), d = in[0].dims[i];
     if (b < 0) return fail(c, GRAFT_EINVAL, "dim %d: begin %lld must be >= 0", i, (long long)b);
-    if (t >= 0 && d >= 0 && b + d > t) {
+    /* b + d > t, without forming b + d (b may be huge). */
+    if (t >= 0 && (b > t || (d >= 0 && d > t - b))) {
       shape_buf x;
       return fail(c, GRAFT_ESHAPE, "dim %d: %s placed at %lld does not fit in %lld", i,
                   shp(x, &in[0]), (long long)b, (long long)t);
@@ -370,7 +387,9 @@ graft_status graft__shape_concat(graft__shape_ctx *c, const graft__node *n,
   int64_t sum = 0;
   for (int k = 0; k < n->n_in; k++) {
     if (in[k].dims[axis] < 0) sym = 1;
-    else sum += in[k].dims[axis];
+    else if (graft__size_add(sum, in[k].dims[axis], &sum))
+      return fail(c, GRAFT_ESHAPE, "the sizes along axis %d add up past INT64_MAX (at input %d)",
+                  axis, k);
   }
   o.dims[axis] = sym ? derived(c) : sum;
   *out = o;

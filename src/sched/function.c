@@ -144,9 +144,12 @@ GRAFT_API graft_status graft_function_create(graft_runtime *rt, const graft_func
                        desc->cache_capacity, DEFAULT_CAPACITY);
   graft_status st;
   if (desc->signature && (st = check_signature(desc))) return st;
+  if (graft__runtime_destroyed(rt))
+    return create_fail(desc, GRAFT_EMISUSE, "rt was destroyed (expected a live runtime)");
   graft_function *f = graft__calloc(1, sizeof *f);
   if (!f) return create_fail(desc, GRAFT_ENOMEM, "out of memory");
   f->rt = rt;
+  graft__runtime_ref(rt);
   f->trace = desc->trace;
   f->user = desc->user;
   f->n_inputs = desc->n_inputs;
@@ -191,6 +194,7 @@ GRAFT_API void graft_function_destroy(graft_function *f) {
   graft__free(f->sig_ranks);
   graft__free(f->sig_dims);
   graft__free(f->name);
+  if (f->rt) graft__runtime_unref(f->rt);
   graft__free(f);
 }
 
@@ -257,7 +261,7 @@ static graft_status add_inputs(graft_function *f, graft__graph *g, graft_tensor 
       }
       n->shape[d] = dim;
     }
-    g->inputs[i] = n->v.id;
+    g->inputs[i] = n->id;
   }
   return GRAFT_OK;
 }
@@ -275,7 +279,7 @@ static graft_status run_trace(graft_function *f, graft_tensor *const *in, graft_
     return failf(f, GRAFT_ENOMEM, "%s: out of memory while tracing", f->name);
   }
   graft_value **outs = ins + f->n_inputs;
-  for (int i = 0; i < f->n_inputs; i++) ins[i] = &graft__graph_node(g, g->inputs[i])->v;
+  for (int i = 0; i < f->n_inputs; i++) ins[i] = graft__value(g, g->inputs[i]);
 
   graft_trace t;
   graft__trace_begin(&t, g);
@@ -284,16 +288,29 @@ static graft_status run_trace(graft_function *f, graft_tensor *const *in, graft_
   graft_status st = t.status;
   if (st) {
     failf(f, st, "%s", t.msg);
-  } else if (cb) {
+  } else if (cb && graft__status_is_error(cb)) {
     st = failf(f, cb, "%s: the trace callback returned %s", f->name, graft_status_name(cb));
+  } else if (cb) {
+    st = failf(f, GRAFT__STATUS_FOREIGN,
+               "%s: the trace callback returned %d, which is not a graft_status error code "
+               "(reported as %s)", f->name, (int)cb, graft_status_name(GRAFT__STATUS_FOREIGN));
   } else {
     for (int i = 0; i < f->n_outputs && !st; i++) {
-      if (!outs[i] || outs[i]->id == GRAFT__POISON_ID)
+      graft__node *n;
+      switch (graft__trace_value(&t, outs[i], &n)) {
+      case GRAFT__VALUE_NODE: g->outputs[i] = n->id; break;
+      case GRAFT__VALUE_NULL:
         st = failf(f, GRAFT_EINVAL, "%s: the trace callback left output %d unset", f->name, i);
-      else if (outs[i]->g != g)
-        st = failf(f, GRAFT_EMISUSE, "%s: output %d belongs to another trace", f->name, i);
-      else
-        g->outputs[i] = outs[i]->id;
+        break;
+      case GRAFT__VALUE_POISON:
+        st = failf(f, GRAFT_EMISUSE, "%s: output %d is the poison value of another (failed) trace",
+                   f->name, i);
+        break;
+      case GRAFT__VALUE_FOREIGN:
+        st = failf(f, GRAFT_EMISUSE, "%s: output %d belongs to another trace, or to one that ended",
+                   f->name, i);
+        break;
+      }
     }
   }
   graft__trace_end(&t);
@@ -559,6 +576,9 @@ static graft_status execute(graft_function *f, graft__plan *p) {
 
 static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const *in, int n_out,
                                 graft_tensor **out) {
+  if (graft__runtime_destroyed(f->rt))
+    return failf(f, GRAFT_EMISUSE, "%s: its runtime was destroyed (destroy functions before their "
+                 "runtime)", f->name);
   graft_status st = check_inputs(f, n_in, in);
   if (st) return st;
   if (n_out != f->n_outputs)

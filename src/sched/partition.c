@@ -60,7 +60,7 @@ static void fill_stats(graft__plan *p, const int64_t *load, int n_parts) {
   }
   for (uint32_t i = 0; i < p->n_order; i++) {
     for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
-      if (p->part[p->succ[e]] != p->part[i]) cut += value_bytes(p, i);
+      if (p->part[p->succ[e]] != p->part[i]) cut = graft__size_add_sat(cut, value_bytes(p, i));
   }
   s->parts = used ? used : 1;
   s->work = total;

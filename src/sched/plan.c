@@ -56,9 +56,11 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
   if (!ok || !ins) {
     graft__free(ok);
     graft__free(ins);
+    graft__msgf(msg, "out of memory compiling trace '%s'", g->name);
     return GRAFT_ENOMEM;
   }
   graft_status st = GRAFT_OK;
+  int64_t total = 0; /* slot bytes of the live compute values, no reuse */
   for (int i = 0; i < g->n_inputs && !st; i++) {
     uint32_t id = g->inputs[i];
     const graft__node *n = graft__graph_node(g, id);
@@ -105,10 +107,29 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
     v->rank = o.rank;
     memcpy(dims, o.dims, GRAFT_MAX_RANK * sizeof *dims);
     v->shape = dims;
-    v->numel = graft__numel(o.rank, o.dims);
-    if (v->numel < 0) {
-      st = GRAFT_ESHAPE;
-      compile_fail(g, id, "element count overflows", msg);
+    /* Symbols bound to call sizes make sizes the trace could not check;
+     * the live compute values' slots, summed, bound every sum the memory
+     * planner forms. */
+    char why[GRAFT__MSG_LEN];
+    int64_t bytes;
+    st = graft__size_check(o.rank, o.dims, o.dtype, &v->numel, &bytes, why, sizeof why);
+    if (!st && p->live[id] && !(graft__ops[n->op].flags & GRAFT__OPF_EXTERNAL) &&
+        (graft__size_add(total, graft__slot_bytes(bytes, 0), &total) ||
+         total > GRAFT__MAX_PLAN_BYTES)) {
+      st = GRAFT_ENOMEM;
+      char shape[160];
+      graft__shape_str(shape, sizeof shape, o.rank, o.dims);
+      snprintf(why, sizeof why, "%s%s brings the plan's values past 2^%d bytes in all",
+               graft_dtype_name(o.dtype), shape, GRAFT__MAX_PLAN_BYTES_LOG2);
+    }
+    if (st && !p->live[id]) {
+      st = GRAFT_OK;
+      continue;
+    }
+    if (st) {
+      char full[GRAFT__MSG_LEN + 8];
+      snprintf(full, sizeof full, "output %s", why);
+      compile_fail(g, id, full, msg);
       goto out;
     }
     ok[id] = 1;
@@ -556,8 +577,7 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
   for (int i = 0; i < g->n_inputs; i++) p->live[g->inputs[i]] = 1; /* bound every call */
 
   graft_status st = infer_all(p, in, msg);
-  if (st == GRAFT_ENOMEM) goto nomem;
-  if (st) {
+  if (st) { /* with its message (a value too large for memory included) */
     graft__plan_destroy(p);
     return st;
   }

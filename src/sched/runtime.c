@@ -100,6 +100,7 @@ static graft_status create(const graft_runtime_opts *opts, graft_runtime **out, 
   }
   *out = NULL;
   rt = graft__calloc(1, sizeof *rt);
+  if (rt) rt->refs = 1; /* the user's */
   if (!rt) {
     st = GRAFT_ENOMEM;
     graft__msgf(msg, "out of memory for the runtime");
@@ -165,11 +166,31 @@ GRAFT_API graft_status graft_runtime_create(const graft_runtime_opts *opts, graf
   return st ? graft__fail(st, "graft_runtime_create: %s", msg) : st;
 }
 
-GRAFT_API void graft_runtime_destroy(graft_runtime *rt) {
-  if (!rt) return;
+/* A runtime is freed when the user has destroyed it and no function holds
+ * it: a function outliving its runtime (a documented misuse) then fails
+ * its calls with GRAFT_EMISUSE instead of reading freed memory. */
+static void runtime_free(graft_runtime *rt) {
   graft__chrome_close(rt->trace);
   graft__free(rt->worker_pu);
   graft__topology_destroy(rt->topo);
   graft__config_free(&rt->cfg);
   graft__free(rt);
+}
+
+void graft__runtime_ref(graft_runtime *rt) { __atomic_add_fetch(&rt->refs, 1, __ATOMIC_RELAXED); }
+
+void graft__runtime_unref(graft_runtime *rt) {
+  if (__atomic_sub_fetch(&rt->refs, 1, __ATOMIC_ACQ_REL) == 0) runtime_free(rt);
+}
+
+int graft__runtime_destroyed(const graft_runtime *rt) {
+  return __atomic_load_n(&rt->destroyed, __ATOMIC_ACQUIRE);
+}
+
+GRAFT_API void graft_runtime_destroy(graft_runtime *rt) {
+  if (!rt) return;
+  /* A second destroy of the same handle is a use after free when no
+   * function held it; while one does, it is caught here. */
+  if (__atomic_exchange_n(&rt->destroyed, 1, __ATOMIC_ACQ_REL)) return;
+  graft__runtime_unref(rt);
 }

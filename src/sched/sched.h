@@ -215,7 +215,16 @@ struct graft_runtime {
   struct graft__chrome *trace; /* GRAFT_TRACE output, or NULL */
   int *worker_pu;           /* PU (OS index) of each of num_threads workers
                                when binding is on, else NULL */
+  int refs;                 /* the user's (until destroy) + one per function
+                               (atomic) */
+  int destroyed;            /* graft_runtime_destroy was called (atomic) */
 };
+
+/* Functions hold their runtime: it is freed at the last unref. */
+void graft__runtime_ref(graft_runtime *rt);
+void graft__runtime_unref(graft_runtime *rt);
+/* 1 once the user destroyed rt (while a function still holds it). */
+int graft__runtime_destroyed(const graft_runtime *rt);
 
 /* Where the calling thread runs now (an OS PU index, or -1). */
 int graft__runtime_caller_pu(void);

@@ -19,11 +19,11 @@ int64_t graft__plan_node_work(const graft__plan *p, uint32_t i) {
   if (n->op == GRAFT__OP_MATMUL) {
     const graft__tview *a = p->kargs[i].in[0];
     int64_t k = a->shape[a->rank - ((n->attr.matmul.flags & GRAFT_TRANS_A) ? 2 : 1)];
-    return (int64_t)cost * o->numel * (k ? k : 1);
+    return graft__size_mul_sat(graft__size_mul_sat(cost, o->numel), k ? k : 1);
   }
   int64_t elems = o->numel;
   for (int j = 0; j < n->n_in; j++) elems = GRAFT__MAX(elems, p->kargs[i].in[j]->numel);
-  return (int64_t)(cost ? cost : 1) * (elems ? elems : 1);
+  return graft__size_mul_sat(cost ? cost : 1, elems ? elems : 1);
 }
 
 static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *tl) {
@@ -141,8 +141,11 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
   if (!p->scratch_off) return GRAFT_ENOMEM;
   p->n_tasks = 0;
   int64_t scratch = 0;
+  /* Work is an estimate: capped so that its sums over the plan (bottom
+   * levels, part loads, stats) cannot overflow. */
+  const int64_t work_cap = INT64_MAX / ((int64_t)p->n_order + 1);
   for (uint32_t i = 0; i < p->n_order; i++) {
-    p->work[i] = graft__plan_node_work(p, i);
+    p->work[i] = GRAFT__MIN(graft__plan_node_work(p, i), work_cap);
     tile_node(p, i, grain, &p->tiling[i]);
     p->kargs[i].whole = p->tiling[i].n == 1 && !p->tiling[i].split_r;
     uint32_t e0 = p->succ_off[i], e1 = p->succ_off[i + 1];
@@ -150,8 +153,17 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
     p->kargs[i].units = p->tiling[i].units;
     p->n_tasks += p->tiling[i].n;
     p->scratch_off[i] = scratch;
-    if (p->tiling[i].split_r) scratch += 2 * (int64_t)p->tiling[i].n * graft__plan_view(p, p->order[i])->numel;
+    if (p->tiling[i].split_r &&
+        graft__size_add(scratch,
+                        graft__size_mul_sat(2 * (int64_t)p->tiling[i].n,
+                                            graft__plan_view(p, p->order[i])->numel),
+                        &scratch))
+      return GRAFT_ENOMEM;
   }
-  p->scratch = graft__aligned_alloc((size_t)(scratch ? scratch : 1) * sizeof *p->scratch, GRAFT__ALIGN);
+  int64_t scratch_bytes;
+  if (graft__size_mul(scratch, (int64_t)sizeof *p->scratch, &scratch_bytes) ||
+      scratch_bytes > GRAFT__MAX_PLAN_BYTES)
+    return GRAFT_ENOMEM;
+  p->scratch = graft__aligned_alloc((size_t)(scratch_bytes ? scratch_bytes : 1), GRAFT__ALIGN);
   return p->scratch ? mark_deferred(p) : GRAFT_ENOMEM;
 }

@@ -30,7 +30,7 @@ typedef struct branches {
   uint32_t ids[MAX_K][BRANCH_NODES]; /* node ids of each branch, filled by the trace */
 } branches;
 
-static uint32_t id_of(const graft_value *v) { return v->id; }
+static uint32_t id_of(const graft_value *v) { return graft__value_id(v); }
 
 /* Branch i: matmul [32,64]x[64,64] -> add bias -> relu -> matmul -> add. */
 static graft_status branches_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,

@@ -75,7 +75,7 @@ static graft_status wide(graft_trace *t, int n_in, graft_value *const *in, int n
   graft_value *acc = NULL;
   for (int b = 0; b < 4; b++) {
     graft_value *mm = graft_matmul(t, in[0], in[1], b % 2 ? GRAFT_TRANS_B : 0);
-    if (b == 0) matmul_id = mm->id;
+    if (b == 0) matmul_id = graft__value_id(mm);
     graft_value *h = graft_tanh(t, graft_add(t, mm, graft_scalar(t, GRAFT_F64, 0.1 * b)));
     acc = acc ? graft_add(t, acc, h) : h;
   }
