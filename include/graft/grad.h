@@ -5,6 +5,14 @@
  * planned, scheduled and exported like any other (styled as backward in
  * DOT), and since every op that a gradient rule emits has a gradient rule of
  * its own, gradients of gradients work to any depth.
+ *
+ * Where the math has no derivative, both modes take the same convention:
+ * relu'(0) = abs'(0) = 0; sign, comparisons and one_hot have none; a tie of
+ * maximum / minimum (and a NaN operand) sends the whole gradient to b;
+ * reduce_max shares a tie equally among the maxima (a group holding NaN
+ * gets NaN); pow(a, b) has no derivative in b where a <= 0 (0 at every
+ * order, so its Hessian stays symmetric), and d/da is 0 at a = b = 0.
+ * Poles keep their math (sqrt'(0) = log'(0) = inf).
  */
 #ifndef GRAFT_GRAD_H
 #define GRAFT_GRAD_H
