@@ -56,7 +56,7 @@ typedef struct graft_function_desc {
   void *user;                     /* passed to trace */
   int n_inputs, n_outputs;        /* n_outputs >= 1 */
   const graft_signature *signature; /* optional; copied */
-  int cache_capacity;             /* plans kept (LRU); 0 = 16 */
+  int cache_capacity;             /* plans kept (LRU), 0..65536; 0 = 16 */
 } graft_function_desc;
 
 /* Parts whose work graft_plan_stats lists one by one. */
@@ -104,7 +104,10 @@ typedef struct graft_plan_stats {
 
 /* Create a function on rt.  desc is copied.  GRAFT_EINVAL for a NULL trace
  * callback, negative counts, a signature whose n differs from n_inputs or
- * with a bad rank/dim.  Free with graft_function_destroy (before rt). */
+ * with a bad rank/dim; GRAFT_EMISUSE when rt was destroyed; each with a
+ * message in graft_last_errmsg().  Free with graft_function_destroy, before
+ * rt: a function outliving its runtime keeps it allocated, and its calls
+ * fail with GRAFT_EMISUSE. */
 GRAFT_API graft_status graft_function_create(graft_runtime *rt,
                                              const graft_function_desc *desc,
                                              graft_function **out);
@@ -117,7 +120,7 @@ GRAFT_API void graft_function_destroy(graft_function *f);
  * the caller frees with graft_tensor_destroy; a non-NULL slot must have the
  * output's dtype and shape and is written in place.
  * On failure nothing is allocated into out[], variables keep their values,
- * and graft_function_errmsg(f) tells why. */
+ * and graft_function_errmsg(f) tells why (graft_last_errmsg() too). */
 GRAFT_API graft_status graft_function_call(graft_function *f, int n_in,
                                            graft_tensor *const *in, int n_out,
                                            graft_tensor **out);

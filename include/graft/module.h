@@ -31,7 +31,8 @@ typedef struct graft_variable graft_variable;
 
 /* Create a variable.  owner must be NULL until modules exist (the caller
  * then destroys it with graft_variable_destroy).  init: row-major data of
- * dtype dt, copied; NULL = zeros.  name is copied. */
+ * dtype dt, copied; NULL = zeros.  name is copied.  On failure *out is NULL
+ * and graft_last_errmsg() says why. */
 GRAFT_API graft_status graft_variable_create(graft_module *owner, const char *name,
                                              graft_dtype dt, int rank,
                                              const int64_t *shape, const void *init,
@@ -46,7 +47,8 @@ GRAFT_API void graft_variable_destroy(graft_variable *v);
 GRAFT_API const char *graft_variable_name(const graft_variable *v);
 /* The variable's current value; the tensor stays owned by v. */
 GRAFT_API const graft_tensor *graft_variable_value(const graft_variable *v);
-/* Copy src (same dtype and shape) into v. */
+/* Copy src (same dtype and shape) into v (on failure graft_last_errmsg()
+ * says why). */
 GRAFT_API graft_status graft_variable_set(graft_variable *v, const graft_tensor *src);
 
 /* ---- inside a trace --------------------------------------------------- */

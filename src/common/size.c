@@ -59,7 +59,13 @@ graft_status graft__size_check(int rank, const int64_t *dims, graft_dtype dt, in
   if (n < 0 || graft__size_mul(n, (int64_t)graft_dtype_size(dt), &b) ||
       b > GRAFT__MAX_VALUE_BYTES) {
     if (why) {
-      graft__shape_str(shape, sizeof shape, rank, dims);
+      /* Concrete dims, printed as numbers (shape_str would show a negative
+       * dim as a trace symbol). */
+      size_t at = (size_t)snprintf(shape, sizeof shape, "[");
+      for (int i = 0; i < rank && at < sizeof shape; i++)
+        at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", i ? "," : "",
+                               (long long)dims[i]);
+      if (at < sizeof shape) snprintf(shape + at, sizeof shape - at, "]");
       if (neg)
         snprintf(why, why_len, "shape %s has a negative dim", shape);
       else if (n < 0)

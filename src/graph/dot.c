@@ -60,5 +60,6 @@ graft_status graft__graph_write_dot(const graft__graph *g, FILE *to) {
   }
   fprintf(to, "}\n");
   graft__free(live);
-  return ferror(to) ? GRAFT_EIO : GRAFT_OK;
+  /* A full disk shows at the flush, not at the buffered writes. */
+  return fflush(to) || ferror(to) ? GRAFT_EIO : GRAFT_OK;
 }

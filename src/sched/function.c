@@ -11,6 +11,8 @@
 #include "sched/sched.h"
 
 #define DEFAULT_CAPACITY 16
+/* Plans one function may keep: the caches are arrays sized at create. */
+#define MAX_CAPACITY 65536
 
 /* A signature flattened as [dtype, rank, dims...] per input. */
 typedef struct sigkey {
@@ -139,9 +141,9 @@ GRAFT_API graft_status graft_function_create(graft_runtime *rt, const graft_func
   if (desc->n_outputs < 1)
     return create_fail(desc, GRAFT_EINVAL, "desc->n_outputs is %d (expected >= 1)",
                        desc->n_outputs);
-  if (desc->cache_capacity < 0)
-    return create_fail(desc, GRAFT_EINVAL, "desc->cache_capacity is %d (expected >= 0, 0 = %d)",
-                       desc->cache_capacity, DEFAULT_CAPACITY);
+  if (desc->cache_capacity < 0 || desc->cache_capacity > MAX_CAPACITY)
+    return create_fail(desc, GRAFT_EINVAL, "desc->cache_capacity is %d (expected 0..%d, 0 = %d)",
+                       desc->cache_capacity, MAX_CAPACITY, DEFAULT_CAPACITY);
   graft_status st;
   if (desc->signature && (st = check_signature(desc))) return st;
   if (graft__runtime_destroyed(rt))

@@ -371,6 +371,9 @@ static void no_trace(graft_function_desc *d, graft_signature *s) { (void)s, d->t
 static void neg_inputs(graft_function_desc *d, graft_signature *s) { (void)s, d->n_inputs = -2; }
 static void no_outputs(graft_function_desc *d, graft_signature *s) { (void)s, d->n_outputs = 0; }
 static void neg_capacity(graft_function_desc *d, graft_signature *s) { (void)s, d->cache_capacity = -4; }
+static void huge_capacity(graft_function_desc *d, graft_signature *s) {
+  (void)s, d->cache_capacity = 65537;
+}
 static void sig_n(graft_function_desc *d, graft_signature *s) { with_sig(d, s), s->n = 3; }
 static void sig_no_dtypes(graft_function_desc *d, graft_signature *s) { with_sig(d, s), s->dtypes = NULL; }
 static void sig_no_ranks(graft_function_desc *d, graft_signature *s) { with_sig(d, s), s->ranks = NULL; }
@@ -397,7 +400,8 @@ static const create_case create_cases[] = {
     {"no trace", no_trace, GRAFT_EINVAL, "desc->trace is NULL", "callback"},
     {"negative n_inputs", neg_inputs, GRAFT_EINVAL, "n_inputs is -2", ">= 0"},
     {"no outputs", no_outputs, GRAFT_EINVAL, "n_outputs is 0", ">= 1"},
-    {"negative capacity", neg_capacity, GRAFT_EINVAL, "cache_capacity is -4", ">= 0"},
+    {"negative capacity", neg_capacity, GRAFT_EINVAL, "cache_capacity is -4", "expected 0..65536"},
+    {"huge capacity", huge_capacity, GRAFT_EINVAL, "cache_capacity is 65537", "expected 0..65536"},
     {"signature n", sig_n, GRAFT_EINVAL, "signature->n is 3", "n_inputs, 1"},
     {"signature dtypes", sig_no_dtypes, GRAFT_EINVAL, "signature->dtypes is NULL", "1 entries"},
     {"signature ranks", sig_no_ranks, GRAFT_EINVAL, "signature->ranks is NULL", "1 entries"},
