@@ -304,6 +304,22 @@ static inline int tu_msg_has(const char *msg, const char *needle) {
   return strstr(flat, needle) != NULL;
 }
 
+/* Fail unless msg contains sub exactly (tu_assert_msg_lacks: unless it does
+ * not), printing both. */
+#define tu_assert_msg_has(msg, sub)                                               \
+  do {                                                                            \
+    const char *am_m_ = (msg), *am_s_ = (sub);                                    \
+    if (am_m_ == NULL) fail_msg("message is NULL (wanted \"%s\")", am_s_);        \
+    if (strstr(am_m_, am_s_) == NULL)                                             \
+      fail_msg("message \"%s\" does not contain \"%s\"", am_m_, am_s_);           \
+  } while (0)
+#define tu_assert_msg_lacks(msg, sub)                                             \
+  do {                                                                            \
+    const char *am_m_ = (msg), *am_s_ = (sub);                                    \
+    if (am_m_ != NULL && strstr(am_m_, am_s_) != NULL)                            \
+      fail_msg("message \"%s\" contains \"%s\"", am_m_, am_s_);                   \
+  } while (0)
+
 /* ---- index arithmetic (row-major) ------------------------------------------ */
 
 /* Product of d[0..rank) (1 for rank 0). */

@@ -36,14 +36,6 @@ static int ci_contains(const char *hay, const char *needle) {
   return n == 0;
 }
 
-#define assert_msg_has(msg, sub)                                                  \
-  do {                                                                            \
-    const char *am_m_ = (msg), *am_s_ = (sub);                                    \
-    if (am_m_ == NULL) fail_msg("message is NULL (wanted \"%s\")", am_s_);        \
-    if (strstr(am_m_, am_s_) == NULL)                                             \
-      fail_msg("message \"%s\" does not contain \"%s\"", am_m_, am_s_);           \
-  } while (0)
-
 #define assert_msg_has_ci(msg, sub)                                               \
   do {                                                                            \
     const char *am_m_ = (msg), *am_s_ = (sub);                                    \
@@ -369,7 +361,7 @@ static void run_op_case(void **state) {
     fail_msg("%s: status %s, want %s; message \"%s\"", c->test_name, graft_status_name(s),
              graft_status_name(c->want), msg ? msg : "(null)");
   assert_null(out[0]);
-  for (int i = 0; i < 4 && c->sub[i]; i++) assert_msg_has(msg, c->sub[i]);
+  for (int i = 0; i < 4 && c->sub[i]; i++) tu_assert_msg_has(msg, c->sub[i]);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
   graft_tensor_destroy(in[1]);
@@ -384,8 +376,8 @@ static void test_graft_matmul__message_names_trace(void **state) {
       tu_function(g_rt, "mlp_step", op_case_trace, (void *)&op_cases[0], 2, 1, NULL);
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_ESHAPE);
-  assert_msg_has(graft_function_errmsg(f), "mlp_step");
-  assert_msg_has(graft_function_errmsg(f), "inner");
+  tu_assert_msg_has(graft_function_errmsg(f), "mlp_step");
+  tu_assert_msg_has(graft_function_errmsg(f), "inner");
   assert_null(out[0]);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -476,7 +468,7 @@ static void test_graft_add__value_from_another_trace(void **state) {
   graft_function *fb = tu_function(g_rt, "trace_b", use_stale_in_op_cb, NULL, 1, 1, NULL);
   tu_assert_status(graft_function_call(fb, 1, in, 1, out), GRAFT_EMISUSE);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(fb), "add");
+  tu_assert_msg_has(graft_function_errmsg(fb), "add");
   graft_function_destroy(fb);
   graft_function_destroy(fa);
   graft_tensor_destroy(in[0]);
@@ -496,7 +488,7 @@ static void test_graft_function_call__output_from_another_trace(void **state) {
   graft_function *fb = tu_function(g_rt, "trace_b_out", use_stale_as_output_cb, NULL, 1, 1, NULL);
   tu_assert_status(graft_function_call(fb, 1, in, 1, out), GRAFT_EMISUSE);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(fb), "trace_b_out");
+  tu_assert_msg_has(graft_function_errmsg(fb), "trace_b_out");
   graft_function_destroy(fb);
   graft_function_destroy(fa);
   graft_tensor_destroy(in[0]);
@@ -546,14 +538,14 @@ static void test_graft_trace_status__sticky_first_error(void **state) {
   assert_true(o.later_fail_poison);
   tu_assert_status(o.status_after_first, GRAFT_ESHAPE);
   tu_assert_status(o.status_after_all, GRAFT_ESHAPE);
-  assert_msg_has(o.msg_after_first, "matmul");
+  tu_assert_msg_has(o.msg_after_first, "matmul");
   assert_string_equal(o.msg_after_all, o.msg_after_first);
   assert_null(strstr(o.msg_after_all, "reshape"));
   assert_null(strstr(o.msg_after_all, "sqrt"));
   assert_null(strstr(o.msg_after_all, "late user failure"));
-  assert_msg_has(graft_function_errmsg(f), "matmul");
-  assert_msg_has(graft_function_errmsg(f), "[2,3]");
-  assert_msg_has(graft_function_errmsg(f), "[4,5]");
+  tu_assert_msg_has(graft_function_errmsg(f), "matmul");
+  tu_assert_msg_has(graft_function_errmsg(f), "[2,3]");
+  tu_assert_msg_has(graft_function_errmsg(f), "[4,5]");
   assert_null(strstr(graft_function_errmsg(f), "reshape"));
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -575,7 +567,7 @@ static void test_graft_trace_fail__user_recorded_error(void **state) {
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EUNSUPPORTED);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "custom check 7 failed");
+  tu_assert_msg_has(graft_function_errmsg(f), "custom check 7 failed");
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
 }
@@ -595,7 +587,7 @@ static void test_graft_function_call__callback_returns_error(void **state) {
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EIO);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "cb_returns_eio");
+  tu_assert_msg_has(graft_function_errmsg(f), "cb_returns_eio");
   /* Still fails the same way on the next call: nothing half-cached. */
   tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EIO);
   assert_null(out[0]);
@@ -618,7 +610,7 @@ static void test_graft_function_call__op_error_beats_callback_status(void **stat
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EDTYPE);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "sqrt");
+  tu_assert_msg_has(graft_function_errmsg(f), "sqrt");
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
 }
@@ -640,7 +632,7 @@ static void test_graft_function_call__callback_leaves_output_null(void **state) 
   tu_assert_status(graft_function_call(f, 1, in, 2, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_null(out[1]);
-  assert_msg_has(graft_function_errmsg(f), "half_done");
+  tu_assert_msg_has(graft_function_errmsg(f), "half_done");
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
 }
@@ -794,7 +786,7 @@ static void test_graft_function_call__wrong_input_count(void **state) {
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "count_in");
+  tu_assert_msg_has(graft_function_errmsg(f), "count_in");
   tu_assert_status(graft_function_call(f, 0, NULL, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_int_equal(graft_function_trace_count(f), 0);
@@ -812,7 +804,7 @@ static void test_graft_function_call__wrong_output_count(void **state) {
   tu_assert_status(graft_function_call(f, 1, in, 2, out), GRAFT_EINVAL);
   assert_null(out[0]);
   assert_null(out[1]);
-  assert_msg_has(graft_function_errmsg(f), "count_out");
+  tu_assert_msg_has(graft_function_errmsg(f), "count_out");
   tu_assert_status(graft_function_call(f, 1, in, 0, NULL), GRAFT_EINVAL);
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
@@ -825,7 +817,7 @@ static void test_graft_function_call__null_input_tensor(void **state) {
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "null_in");
+  tu_assert_msg_has(graft_function_errmsg(f), "null_in");
   tu_assert_status(graft_function_call(f, 1, NULL, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
   tu_assert_status(graft_function_call(NULL, 1, in, 1, out), GRAFT_EINVAL);
@@ -854,7 +846,7 @@ static void expect_signature_reject(graft_dtype dt, int rank, const int64_t *sha
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 1, in, 1, out), want);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "sigcheck");
+  tu_assert_msg_has(graft_function_errmsg(f), "sigcheck");
   assert_int_equal(graft_function_trace_count(f), 0);
   /* A matching input still works afterwards. */
   const int64_t ok[] = {3, 4};
@@ -897,7 +889,7 @@ static void check_prealloc_reject(graft_dtype out_dt, int out_rank, const int64_
   graft_tensor *out[1] = {o};
   tu_assert_status(graft_function_call(f, 1, in, 1, out), want);
   assert_ptr_equal(out[0], o);
-  assert_msg_has(graft_function_errmsg(f), "prealloc");
+  tu_assert_msg_has(graft_function_errmsg(f), "prealloc");
   /* The caller's tensor is left exactly as it was. */
   assert_int_equal(graft_tensor_dtype(o), out_dt);
   assert_int_equal(graft_tensor_rank(o), out_rank);
@@ -979,7 +971,7 @@ static void check_bad_label(int32_t bad) {
   graft_tensor *out[1] = {NULL};
   tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_EINVAL);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "softmax_cross_entropy");
+  tu_assert_msg_has(graft_function_errmsg(f), "softmax_cross_entropy");
   /* Fixing the label makes the same plan succeed: the runtime and function survive. */
   ((int32_t *)graft_tensor_data(in[1]))[2] = 2;
   tu_assert_status(graft_function_call(f, 2, in, 1, out), GRAFT_OK);
@@ -1140,8 +1132,8 @@ static void run_env_case(void **state) {
   assert_null(rt1);
   tu_assert_status(s2, want);
   assert_null(rt2);
-  assert_msg_has(err, c->var);
-  if (c->sub) assert_msg_has(err, c->sub);
+  tu_assert_msg_has(err, c->var);
+  if (c->sub) tu_assert_msg_has(err, c->sub);
 }
 
 typedef struct opts_case {
@@ -1280,7 +1272,7 @@ static void test_graft_function_call__variable_destroyed(void **state) {
   graft_variable_destroy(v);
   tu_assert_status(graft_function_call(f, 1, in, 1, out), GRAFT_EMISUSE);
   assert_null(out[0]);
-  assert_msg_has(graft_function_errmsg(f), "doomed_var");
+  tu_assert_msg_has(graft_function_errmsg(f), "doomed_var");
   graft_function_destroy(f);
   graft_tensor_destroy(in[0]);
 }

@@ -21,20 +21,6 @@ TU_SUPPRESS_GOMP_TASK_LEAK();
 
 static const char *const k_scheds[] = {"seq", "ws", "omp"};
 
-#define assert_msg_has(msg, sub)                                                  \
-  do {                                                                            \
-    const char *am_m_ = (msg), *am_s_ = (sub);                                    \
-    if (strstr(am_m_, am_s_) == NULL)                                             \
-      fail_msg("message \"%s\" does not contain \"%s\"", am_m_, am_s_);           \
-  } while (0)
-
-#define assert_msg_lacks(msg, sub)                                                \
-  do {                                                                            \
-    const char *am_m_ = (msg), *am_s_ = (sub);                                    \
-    if (strstr(am_m_, am_s_) != NULL)                                             \
-      fail_msg("message \"%s\" contains \"%s\"", am_m_, am_s_);                   \
-  } while (0)
-
 /* Run fn(user) with no inputs and one output on a fresh runtime of sched
  * (3 workers for ws and omp: more than this machine's cores); returns the
  * status, the message in msg (512 bytes). */
@@ -85,10 +71,10 @@ static void test_graft_fill__huge_shapes_refused(void **state) {
       if (st != cases[i].want)
         fail_msg("%s: status %s, want %s (%s)", ctx, graft_status_name(st),
                  graft_status_name(cases[i].want), msg);
-      assert_msg_has(msg, "fill: output ");
+      tu_assert_msg_has(msg, "fill: output ");
       char dim[32];
       snprintf(dim, sizeof dim, "%lld", (long long)cases[i].dims[0]);
-      assert_msg_has(msg, dim);
+      tu_assert_msg_has(msg, dim);
     }
   }
 }
@@ -112,7 +98,7 @@ static void test_graft_fill__byte_limit_boundary(void **state) {
   char msg[512] = "";
   tu_assert_status(run_on("seq", fill_shape_cb, &at, 0, NULL, msg), GRAFT_OK);
   tu_assert_status(run_on("seq", fill_shape_cb, &past, 0, NULL, msg), GRAFT_ENOMEM);
-  assert_msg_has(msg, "2^48");
+  tu_assert_msg_has(msg, "2^48");
 }
 
 /* Zero-element shapes: one rule (any 0 dim gives 0 elements, whatever the
@@ -159,8 +145,8 @@ static void test_graft_reduce_sum__zero_extent_input_to_huge_output(void **state
       graft_tensor *out = NULL;
       tu_assert_status(graft_function_call(f, 1, &x, 1, &out), GRAFT_ENOMEM);
       assert_null(out);
-      assert_msg_has(graft_function_errmsg(f), "reduce_sum");
-      assert_msg_has(graft_function_errmsg(f), "9223372036854775807");
+      tu_assert_msg_has(graft_function_errmsg(f), "reduce_sum");
+      tu_assert_msg_has(graft_function_errmsg(f), "9223372036854775807");
       graft_function_destroy(f);
       graft_runtime_destroy(rt);
     }
@@ -184,7 +170,7 @@ static void test_graft_function_call__plan_byte_total_refused(void **state) {
   (void)state;
   char msg[512] = "";
   tu_assert_status(run_on("seq", huge_chain_cb, NULL, 0, NULL, msg), GRAFT_ENOMEM);
-  assert_msg_has(msg, "2^62");
+  tu_assert_msg_has(msg, "2^62");
 }
 
 /* Shape arithmetic on dims near INT64_MAX: a status and a message without
@@ -278,10 +264,10 @@ static void test_shape_rules__int64_edges(void **state) {
       }
     } else {
       assert_null(out);
-      assert_msg_has(msg, cases[i].op);
-      assert_msg_has(msg, cases[i].has);
-      assert_msg_lacks(msg, "-9223372036854775808"); /* a wrapped sum */
-      assert_msg_lacks(msg, "s9223372036854775");    /* a wrapped sum printed as a symbol */
+      tu_assert_msg_has(msg, cases[i].op);
+      tu_assert_msg_has(msg, cases[i].has);
+      tu_assert_msg_lacks(msg, "-9223372036854775808"); /* a wrapped sum */
+      tu_assert_msg_lacks(msg, "s9223372036854775");    /* a wrapped sum printed as a symbol */
     }
     graft_tensor_destroy(out);
     graft_runtime_destroy(rt);
@@ -362,8 +348,8 @@ static void test_softmax_cross_entropy__label_check_survives_pruning(void **stat
           if (got != GRAFT_EINVAL)
             fail_msg("%s: status %s, want GRAFT_EINVAL (%s)", ctx, graft_status_name(got),
                      graft_function_errmsg(f));
-          assert_msg_has(graft_function_errmsg(f), "softmax_cross_entropy");
-          assert_msg_has(graft_function_errmsg(f), "42");
+          tu_assert_msg_has(graft_function_errmsg(f), "softmax_cross_entropy");
+          tu_assert_msg_has(graft_function_errmsg(f), "42");
           if (memcmp(wv, w0, sizeof w0) != 0) fail_msg("%s: the variable changed", ctx);
           for (int64_t i = 0; i < graft_tensor_numel(dst); i++)
             if (tu_get(dst, i) != 7.0) fail_msg("%s: the caller's output changed", ctx);
@@ -418,7 +404,7 @@ static void test_graft_function_call__only_documented_statuses(void **state) {
     graft_status st = run_on("seq", status_cb, (void *)&cases[i].c, 0, NULL, msg);
     if (st != cases[i].want)
       fail_msg("case %zu: status %d (%s), want %s", i, (int)st, msg, graft_status_name(cases[i].want));
-    assert_msg_has(msg, cases[i].has);
+    tu_assert_msg_has(msg, cases[i].has);
   }
 }
 
@@ -533,8 +519,8 @@ static void test_graft_custom_gradient__rule_results_checked(void **state) {
       tu_assert_close(out, want, 3, 0, 0);
     } else {
       assert_null(out);
-      assert_msg_has(msg, "custom_gradient");
-      assert_msg_has(msg, cases[i].has);
+      tu_assert_msg_has(msg, "custom_gradient");
+      tu_assert_msg_has(msg, cases[i].has);
     }
     graft_tensor_destroy(out);
     graft_runtime_destroy(rt);
@@ -591,7 +577,7 @@ static void test_stale_values__refused_not_read(void **state) {
       }
       if (st != GRAFT_EMISUSE)
         fail_msg("poison %d use %d: status %s (%s)", poison, use, graft_status_name(st), msg);
-      assert_msg_has(msg, poison ? "poison" : "ended");
+      tu_assert_msg_has(msg, poison ? "poison" : "ended");
     }
   }
 }
@@ -635,7 +621,7 @@ static void test_nested_trace__outer_value_is_foreign(void **state) {
   char msg[512] = "";
   tu_assert_run_ok(tu_run(n.rt, outer_cb, &n, 0, NULL, 1, &out, msg), "outer", msg);
   tu_assert_status(n.inner_status, GRAFT_EMISUSE);
-  assert_msg_has(n.inner_msg, "another trace");
+  tu_assert_msg_has(n.inner_msg, "another trace");
   assert_int_equal(n.outer_rank_seen, 1); /* the outer trace still runs: its values read */
   const double want[2] = {1, 1};
   tu_assert_close(out, want, 2, 0, 0);
@@ -666,7 +652,7 @@ static void test_graft_runtime_destroy__before_its_functions(void **state) {
     graft_runtime_destroy(rt);
     tu_assert_status(graft_function_call(f, 0, NULL, 1, &out), GRAFT_EMISUSE);
     assert_null(out);
-    assert_msg_has(graft_function_errmsg(f), "runtime was destroyed");
+    tu_assert_msg_has(graft_function_errmsg(f), "runtime was destroyed");
     graft_runtime_destroy(rt); /* again: still held by g, so caught */
     graft_function *h = NULL;
     graft_function_desc d = {.name = "h", .trace = one_cb, .n_inputs = 0, .n_outputs = 1};
@@ -707,8 +693,8 @@ static void test_axis_messages__name_the_given_axis(void **state) {
   for (int i = 0; i < 4; i++) {
     char msg[512] = "";
     tu_assert_status(run_on("seq", axis_cb, &i, 0, NULL, msg), GRAFT_EINVAL);
-    assert_msg_has(msg, want[i][0]);
-    assert_msg_has(msg, want[i][1]);
+    tu_assert_msg_has(msg, want[i][0]);
+    tu_assert_msg_has(msg, want[i][1]);
   }
 }
 
