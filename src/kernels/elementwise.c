@@ -281,7 +281,10 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
       /* one loop per stride pair, so each is a plain select the compiler \
        * vectorizes (a random mask would mispredict a branch per element) */ \
       const int ua_ = k->in[1]->numel == no_, ub_ = k->in[2]->numel == no_; \
-      const T a0_ = as_[0], b0_ = bs_[0];                                  \
+      /* a scalar branch is read once here; a full one only inside       \
+       * [begin, end): its element 0 belongs to the first tile, which may  \
+       * be overwriting it on another worker (output in place over it) */  \
+      const T a0_ = ua_ ? (T)0 : as_[0], b0_ = ub_ ? (T)0 : bs_[0];        \
       /* (both sides loaded before the select: a conditional load is      \
        * control flow the vectorizer refuses) */                           \
       if (ua_ && ub_)                                                      \

@@ -34,9 +34,18 @@ typedef struct cluster {
   int source;       /* no compute predecessor outside the cluster */
 } cluster;
 
-static const cluster *sort_base;
+/* A source cluster with its sort key copied in, so the comparator needs no
+ * context: plans are compiled on several threads at once (distinct
+ * functions may be called concurrently), so nothing here may live at file
+ * scope. */
+typedef struct src_key {
+  int64_t work;
+  uint32_t first, c;
+} src_key;
+
+/* Most work first; ties by topological rank (first is unique). */
 static int by_work_desc(const void *a, const void *b) {
-  const cluster *x = &sort_base[*(const uint32_t *)a], *y = &sort_base[*(const uint32_t *)b];
+  const src_key *x = a, *y = b;
   if (x->work != y->work) return x->work > y->work ? -1 : 1;
   return x->first < y->first ? -1 : x->first > y->first;
 }
@@ -82,9 +91,10 @@ graft_status graft__plan_partition(graft__plan *p, int n_parts) {
   uint32_t *idx = graft__malloc((n ? n : 1) * sizeof *idx);
   int64_t *load = graft__calloc((size_t)n_parts, sizeof *load);
   int64_t *affinity = graft__calloc((size_t)n_parts, sizeof *affinity);
+  src_key *keys = graft__malloc((n ? n : 1) * sizeof *keys);
   graft_status st = GRAFT_ENOMEM;
   if (!p->part || !p->sources || !p->src_off || !parent || !cid || !single || !cl || !idx ||
-      !load || !affinity)
+      !load || !affinity || !keys)
     goto out;
 
   /* Contract chains. */
@@ -126,15 +136,14 @@ graft_status graft__plan_partition(graft__plan *p, int n_parts) {
   /* Source clusters: LPT. */
   uint32_t n_src = 0;
   for (uint32_t c = 0; c < n_cl; c++)
-    if (cl[c].source) idx[n_src++] = c;
-  sort_base = cl;
-  qsort(idx, n_src, sizeof *idx, by_work_desc);
+    if (cl[c].source) keys[n_src++] = (src_key){cl[c].work, cl[c].first, c};
+  qsort(keys, n_src, sizeof *keys, by_work_desc);
   uint16_t *cpart = (uint16_t *)single; /* reuse: part per cluster */
   for (uint32_t c = 0; c < n_cl; c++) cpart[c] = UINT16_MAX;
   for (uint32_t k = 0; k < n_src; k++) {
     int best = least_loaded(load, n_parts);
-    cpart[idx[k]] = (uint16_t)best;
-    load[best] += cl[idx[k]].work;
+    cpart[keys[k].c] = (uint16_t)best;
+    load[best] += keys[k].work;
   }
 
   /* The rest, in topological order of their first node: follow the input
@@ -189,5 +198,6 @@ out:
   graft__free(idx);
   graft__free(load);
   graft__free(affinity);
+  graft__free(keys);
   return st;
 }
