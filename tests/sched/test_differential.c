@@ -26,6 +26,7 @@
 
 #include "testutil.h"
 #include "random_dag.h"
+#include "watchdog.h"
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
 
@@ -166,6 +167,7 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
   char why[512];
   spec_make(&s, seed);
   inputs_make(&s, &io);
+  tu_watchdog_step("seed %llu, the seq reference", (unsigned long long)seed);
   run_dag(ref_rt, &s, &io, &ref);
   if (ref.st != GRAFT_OK) {
     result_free(&ref);
@@ -183,6 +185,11 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
   }
   tot->cases++;
   for (int c = 0; c < n_cfgs; c++) {
+    tu_watchdog_step("seed %llu, sched %s x%d%s%s%s%s (rerun: GRAFT_TEST_SEED=%llu)",
+                     (unsigned long long)seed, cfgs[c].sched, cfgs[c].threads,
+                     cfgs[c].topology ? " topology " : "", cfgs[c].topology ? cfgs[c].topology : "",
+                     cfgs[c].memory ? " memory " : "", cfgs[c].memory ? cfgs[c].memory : "",
+                     (unsigned long long)seed);
     run_dag(rts[c], &s, &io, &got);
     compare(&s, &ref, &got, why, sizeof why);
     if (got.st == GRAFT_OK) {
@@ -283,9 +290,9 @@ static void test_graft_function_call__random_dags_with_memory_lanes(void **state
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_graft_function_call__random_dags_with_memory_lanes),
-      cmocka_unit_test(test_graft_function_call__random_dags_bitwise_equal_to_seq),
-      cmocka_unit_test(test_graft_function_call__random_dags_on_numa_topology),
+      TU_WATCHED_TEST(test_graft_function_call__random_dags_with_memory_lanes),
+      TU_WATCHED_TEST(test_graft_function_call__random_dags_bitwise_equal_to_seq),
+      TU_WATCHED_TEST(test_graft_function_call__random_dags_on_numa_topology),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "watchdog.h"
 #include "sched/sched.h"
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
@@ -117,6 +118,7 @@ static graft_function *function(graft_runtime *rt, fixture *fx) {
 /* A successful call whose outputs and variables must equal ref. */
 static void good_call(graft_function *f, fixture *fx, const snapshot *ref, const char *what) {
   graft_tensor *out[N_OUT] = {NULL};
+  tu_watchdog_step("%s", what);
   graft_status st = graft_function_call(f, 1, &fx->x, N_OUT, out);
   if (st) fail_msg("%s: %s: %s", what, graft_status_name(st), graft_function_errmsg(f));
   for (int i = 0; i < N_OUT; i++) {
@@ -214,6 +216,7 @@ static void check_faults(const char *sched, int threads, uint64_t seed) {
     snapshot_vars(&fx, &before);
     graft_tensor *out[N_OUT] = {NULL};
     arm(id, tile, inject);
+    tu_watchdog_step("%s", what);
     graft_status st = graft_function_call(f, 1, &fx.x, N_OUT, out);
     graft__exec_fault_hook = NULL;
 
@@ -251,9 +254,8 @@ static void check_faults(const char *sched, int threads, uint64_t seed) {
 
 /* Run after every case, also one that failed half-way. */
 static int reset_hook(void **state) {
-  (void)state;
   graft__exec_fault_hook = NULL;
-  return 0;
+  return tu_watchdog_disarm_(state);
 }
 
 static void test_graft_function_call__fault_ws_1(void **state) {
@@ -313,6 +315,7 @@ static void check_caller_outputs_kept(const char *sched, int threads) {
   uint32_t last = p->order[p->n_order - 1];
   int64_t last_tile = p->tiling[p->n_order - 1].n - 1;
   arm(last, last_tile, GRAFT_EIO);
+  tu_watchdog_step("%s x%d, fault in the last node #%u", sched, threads, last);
   graft_status st = graft_function_call(f, 1, &fx.x, N_OUT, out);
   graft__exec_fault_hook = NULL;
   assert_int_equal(st, GRAFT_EIO);
@@ -349,18 +352,18 @@ static void test_graft_function_call__fault_keeps_caller_outputs_omp(void **stat
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_graft_function_call__fault_ws_1, reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_ws_2, reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_ws_4, reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_ws_8, reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_omp_2, reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_omp_4, reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_seq, reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_keeps_caller_outputs_seq,
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_ws_1, reset_hook),
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_ws_2, reset_hook),
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_ws_4, reset_hook),
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_ws_8, reset_hook),
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_omp_2, reset_hook),
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_omp_4, reset_hook),
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_seq, reset_hook),
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_keeps_caller_outputs_seq,
                                 reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_keeps_caller_outputs_ws,
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_keeps_caller_outputs_ws,
                                 reset_hook),
-      cmocka_unit_test_teardown(test_graft_function_call__fault_keeps_caller_outputs_omp,
+      TU_WATCHED_TEST_TEARDOWN(test_graft_function_call__fault_keeps_caller_outputs_omp,
                                 reset_hook),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -52,6 +52,7 @@
 #include "sched/sched.h"
 #include "testutil.h"
 #include "random_dag.h"
+#include "watchdog.h"
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
 
@@ -427,9 +428,14 @@ static int64_t seed_count(int64_t n) {
   const char *only = getenv("GRAFT_TEST_SEED");
   return only && *only ? 1 : n;
 }
+/* The k-th seed of a loop (each loop takes its own block): also the step
+ * the watchdog names. */
 static uint64_t seed_at(uint64_t first, int64_t k) {
   const char *only = getenv("GRAFT_TEST_SEED");
-  return only && *only ? strtoull(only, NULL, 10) : first + (uint64_t)k;
+  uint64_t seed = only && *only ? strtoull(only, NULL, 10) : first + (uint64_t)k;
+  tu_watchdog_step("seed %llu (rerun: GRAFT_TEST_SEED=%llu)", (unsigned long long)seed,
+                   (unsigned long long)seed);
+  return seed;
 }
 
 typedef struct totals {
@@ -1996,10 +2002,9 @@ static void test_graft__memplan__same_plan_every_compile(void **state) {
 
 /* A failed assertion leaves a test without restoring what it changed. */
 static int restore_knobs(void **state) {
-  (void)state;
   graft__memplan_max_exact = EXACT_LIMIT;
   graft__memplan_naive = 0;
-  return 0;
+  return tu_watchdog_disarm_(state);
 }
 
 static int group_teardown(void **state) {
@@ -2013,25 +2018,25 @@ static int group_teardown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_graft__plan_check__accepts_planner_plans_of_random_dags),
-      cmocka_unit_test(test_graft__plan_check__rejects_hand_made_plans),
-      cmocka_unit_test(test_graft__plan_check__agrees_with_reference_on_mutated_plans),
-      cmocka_unit_test(test_graft_function_call__planner_bitwise_equal_to_naive_on_random_dags),
-      cmocka_unit_test(test_graft_function_call__planner_bitwise_equal_to_naive_on_mlp),
-      cmocka_unit_test(test_graft_function_call__planner_bitwise_equal_to_naive_across_dtypes),
-      cmocka_unit_test(test_graft__memplan__long_elementwise_chain_runs_in_place),
-      cmocka_unit_test(test_graft__memplan__independent_branches_share_memory),
-      cmocka_unit_test(test_graft__memplan__above_exact_limit_stays_correct),
-      cmocka_unit_test(test_graft__plan_check__long_chain_above_exact_limit),
-      cmocka_unit_test(test_graft__memplan__stencil_above_exact_limit_reuses_memory),
-      cmocka_unit_test(test_graft__anc__proofs_are_sound),
-      cmocka_unit_test_teardown(test_graft__memplan__local_planner_on_random_dags, restore_knobs),
-      cmocka_unit_test_teardown(test_graft__memplan__local_planner_grows_a_dead_slot, restore_knobs),
-      cmocka_unit_test(test_graft_function_call__arena_allocated_once_per_plan),
-      cmocka_unit_test(test_graft__memplan__bound_is_max_weight_antichain),
-      cmocka_unit_test(test_graft__memplan__bound_without_the_flow),
-      cmocka_unit_test(test_graft__memplan__unfinished_flow_bound_is_an_antichain),
-      cmocka_unit_test(test_graft__memplan__same_plan_every_compile),
+      TU_WATCHED_TEST(test_graft__plan_check__accepts_planner_plans_of_random_dags),
+      TU_WATCHED_TEST(test_graft__plan_check__rejects_hand_made_plans),
+      TU_WATCHED_TEST(test_graft__plan_check__agrees_with_reference_on_mutated_plans),
+      TU_WATCHED_TEST(test_graft_function_call__planner_bitwise_equal_to_naive_on_random_dags),
+      TU_WATCHED_TEST(test_graft_function_call__planner_bitwise_equal_to_naive_on_mlp),
+      TU_WATCHED_TEST(test_graft_function_call__planner_bitwise_equal_to_naive_across_dtypes),
+      TU_WATCHED_TEST(test_graft__memplan__long_elementwise_chain_runs_in_place),
+      TU_WATCHED_TEST(test_graft__memplan__independent_branches_share_memory),
+      TU_WATCHED_TEST(test_graft__memplan__above_exact_limit_stays_correct),
+      TU_WATCHED_TEST(test_graft__plan_check__long_chain_above_exact_limit),
+      TU_WATCHED_TEST(test_graft__memplan__stencil_above_exact_limit_reuses_memory),
+      TU_WATCHED_TEST(test_graft__anc__proofs_are_sound),
+      TU_WATCHED_TEST_TEARDOWN(test_graft__memplan__local_planner_on_random_dags, restore_knobs),
+      TU_WATCHED_TEST_TEARDOWN(test_graft__memplan__local_planner_grows_a_dead_slot, restore_knobs),
+      TU_WATCHED_TEST(test_graft_function_call__arena_allocated_once_per_plan),
+      TU_WATCHED_TEST(test_graft__memplan__bound_is_max_weight_antichain),
+      TU_WATCHED_TEST(test_graft__memplan__bound_without_the_flow),
+      TU_WATCHED_TEST(test_graft__memplan__unfinished_flow_bound_is_an_antichain),
+      TU_WATCHED_TEST(test_graft__memplan__same_plan_every_compile),
   };
   return cmocka_run_group_tests_name("sched/memplan", tests, NULL, group_teardown);
 }

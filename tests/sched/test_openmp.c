@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "watchdog.h"
 
 enum { N = 64, THREADS = 4, CALLS = 25 };
 
@@ -98,8 +99,8 @@ static void test_graft_function_call__concurrent_call_on_one_handle(void **state
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_graft_function_call__inside_omp_parallel),
-      cmocka_unit_test(test_graft_function_call__concurrent_call_on_one_handle),
+      TU_WATCHED_TEST(test_graft_function_call__inside_omp_parallel),
+      TU_WATCHED_TEST(test_graft_function_call__concurrent_call_on_one_handle),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "watchdog.h"
 #include "sched/sched.h"
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
@@ -418,16 +419,16 @@ static void test_graft__topology_worker_pus__inside_the_workers_domain(void **st
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_graft__plan_partition__numa_16_branches),
-      cmocka_unit_test(test_graft__plan_partition__numa_4_branches),
-      cmocka_unit_test(test_graft__plan_partition__numa_6_branches),
-      cmocka_unit_test(test_graft__plan_partition__numa_branches_omp),
-      cmocka_unit_test(test_graft__plan_partition__package_two_parts),
-      cmocka_unit_test(test_graft__plan_partition__none_one_part),
-      cmocka_unit_test(test_graft__plan_partition__fewer_threads_than_domains),
-      cmocka_unit_test(test_graft__plan_partition__chain_stays_in_one_part),
-      cmocka_unit_test(test_graft__topology_worker_pus__inside_the_workers_domain),
-      cmocka_unit_test(test_graft__plan_tile__defers_side_work),
+      TU_WATCHED_TEST(test_graft__plan_partition__numa_16_branches),
+      TU_WATCHED_TEST(test_graft__plan_partition__numa_4_branches),
+      TU_WATCHED_TEST(test_graft__plan_partition__numa_6_branches),
+      TU_WATCHED_TEST(test_graft__plan_partition__numa_branches_omp),
+      TU_WATCHED_TEST(test_graft__plan_partition__package_two_parts),
+      TU_WATCHED_TEST(test_graft__plan_partition__none_one_part),
+      TU_WATCHED_TEST(test_graft__plan_partition__fewer_threads_than_domains),
+      TU_WATCHED_TEST(test_graft__plan_partition__chain_stays_in_one_part),
+      TU_WATCHED_TEST(test_graft__topology_worker_pus__inside_the_workers_domain),
+      TU_WATCHED_TEST(test_graft__plan_tile__defers_side_work),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

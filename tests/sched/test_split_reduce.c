@@ -8,6 +8,7 @@
 
 #include "sched/sched.h"
 #include "testutil.h"
+#include "watchdog.h"
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
 
@@ -116,6 +117,8 @@ static void test_split_reduction__bitwise_across_schedules(void **state) {
         graft_function *f = NULL;
         assert_int_equal(graft_function_create(rt, &d, &f), GRAFT_OK);
         graft_tensor *y = NULL;
+        tu_watchdog_step("%s %s, %s x%d", cases[c].name, graft_dtype_name(dtype), runs[r].sched,
+                         runs[r].threads);
         graft_status s = graft_function_call(f, 1, &x, 1, &y);
         if (s != GRAFT_OK) fail_msg("%s: %s", cases[c].name, graft_function_errmsg(f));
         if (cases[c].n_axes == 0) {
@@ -149,7 +152,7 @@ static void test_split_reduction__bitwise_across_schedules(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_split_reduction__bitwise_across_schedules),
+      TU_WATCHED_TEST(test_split_reduction__bitwise_across_schedules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "watchdog.h"
 
 enum { EPOCH = 100, N_INPUTS = 4, N_GRAPHS = 4, MAX_OUT = 3, DEFAULT_CALLS = 2000 };
 
@@ -180,6 +181,8 @@ static void test_graft_function_call__back_to_back_with_changing_runtimes(void *
                                                graft_tensor_shape(ref), &out[k]),
                            GRAFT_OK);
         }
+      tu_watchdog_step("call %lld (%s input %d, %s x%d, grain %lld)", done, graphs[g].name, i, sched,
+                       threads, (long long)grain);
       graft_status st = graft_function_call(f[g], 1, &fx.x[i], n, out);
       if (st != GRAFT_OK)
         fail_msg("call %lld (%s, %s x%d, grain %lld): %s: %s", done, graphs[g].name, sched, threads,
@@ -208,6 +211,8 @@ enum { CALLERS = 3 };
 
 typedef struct caller {
   graft_function *f;
+  const char *sched;         /* the runtime's (for the watchdog) */
+  int threads;
   int g;                     /* graph (one without variables) */
   const fixture *fx;
   int j;                     /* grain index of the runtime */
@@ -224,6 +229,7 @@ static void *caller_main(void *arg) {
   for (long long k = 0; k < c->calls && c->bad_call < 0; k++) {
     int i = (int)(k % N_INPUTS), n = graphs[c->g].n_out;
     graft_tensor *out[MAX_OUT] = {NULL};
+    tu_watchdog_step("%s x%d: a caller's call %lld (%s)", c->sched, c->threads, k, graphs[c->g].name);
     c->st = graft_function_call(c->f, 1, &c->fx->x[i], n, out);
     for (int o = 0; o < n; o++) {
       if (c->bad_call < 0 && (c->st || !tu_bitwise_equal(out[o], c->fx->ref[c->j][c->g][i][o]))) {
@@ -256,7 +262,8 @@ static void test_graft_function_call__concurrent_functions_on_one_runtime(void *
       int g = 1 + k % (N_GRAPHS - 1); /* branches, tiny, identity: no variables */
       graft_function_desc d = {.name = graphs[g].name, .trace = graphs[g].fn, .n_inputs = 1,
                                .n_outputs = graphs[g].n_out};
-      c[k] = (caller){NULL, g, &fx, cfgs[r].j, calls < 20 ? 20 : calls, -1, GRAFT_OK, 0};
+      c[k] = (caller){NULL, cfgs[r].sched, cfgs[r].threads, g, &fx, cfgs[r].j, calls < 20 ? 20 : calls,
+                      -1, GRAFT_OK, 0};
       assert_int_equal(graft_function_create(rt, &d, &c[k].f), GRAFT_OK);
     }
     for (int k = 0; k < CALLERS; k++)
@@ -277,8 +284,8 @@ static void test_graft_function_call__concurrent_functions_on_one_runtime(void *
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_graft_function_call__back_to_back_with_changing_runtimes),
-      cmocka_unit_test(test_graft_function_call__concurrent_functions_on_one_runtime),
+      TU_WATCHED_TEST(test_graft_function_call__back_to_back_with_changing_runtimes),
+      TU_WATCHED_TEST(test_graft_function_call__concurrent_functions_on_one_runtime),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

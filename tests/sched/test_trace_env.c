@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "watchdog.h"
 #include "kernels/kernels_int.h"
 #include "sched/sched.h"
 
@@ -538,17 +539,27 @@ static int clean_env(void **state) {
   return 0;
 }
 
+/* clean_env around a test run under the watchdog (state: the test's name). */
+static int watched_setup(void **state) {
+  clean_env(state);
+  return tu_watchdog_arm_(state);
+}
+
+static int watched_teardown(void **state) {
+  clean_env(state);
+  return tu_watchdog_disarm_(state);
+}
+
+#define WATCHED_ENV_TEST(f) \
+  cmocka_unit_test_prestate_setup_teardown(f, watched_setup, watched_teardown, (void *)#f)
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_graft_runtime_create__trace_writes_chrome_json,
-                                      clean_env, clean_env),
-      cmocka_unit_test_setup_teardown(test_graft_runtime_create__runtimes_share_a_trace_file,
-                                      clean_env, clean_env),
-      cmocka_unit_test_setup_teardown(test_graft_runtime_create__trace_unwritable_path, clean_env,
-                                      clean_env),
-      cmocka_unit_test_setup_teardown(test_graft_runtime_create__display_env, clean_env, clean_env),
-      cmocka_unit_test_setup_teardown(test_graft_runtime_describe__synthetic_topology, clean_env,
-                                      clean_env),
+      WATCHED_ENV_TEST(test_graft_runtime_create__trace_writes_chrome_json),
+      WATCHED_ENV_TEST(test_graft_runtime_create__runtimes_share_a_trace_file),
+      WATCHED_ENV_TEST(test_graft_runtime_create__trace_unwritable_path),
+      WATCHED_ENV_TEST(test_graft_runtime_create__display_env),
+      WATCHED_ENV_TEST(test_graft_runtime_describe__synthetic_topology),
       cmocka_unit_test(test_graft__blas_core_hint__old_kernels_on_new_cpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
