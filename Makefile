@@ -3,21 +3,27 @@
 #
 #   make                 configure (first time) and build in ./build
 #   make test            tests in ./build, then again in ./build-asan
-#                        (AddressSanitizer + UBSan); fails if either fails
+#                        (AddressSanitizer + UBSan), then the sched, graph and
+#                        common suites in ./build-tsan (ThreadSanitizer);
+#                        fails if any fails
+#   make tsan            only the ThreadSanitizer build and its tests (clang,
+#                        LLVM's OpenMP runtime and its Archer tool)
 #   make stress          the `stress` suite only (left out of `make test`)
 #   make demo            build and run examples/quickstart (writes quickstart.dot here)
 #   make bench           build and run every bench/bench_* program
 #   make install         meson install (PREFIX=/usr/local, DESTDIR honoured)
-#   make clean           remove both build directories and quickstart.dot
+#   make clean           remove the build directories and quickstart.dot
 #   make deps            install missing Debian packages (root) or say how
 #
-# Variables: BUILD, ASAN_BUILD, PREFIX, SUITES="graph sched" (--suite each),
+# Variables: BUILD, ASAN_BUILD, TSAN_BUILD, PREFIX, SUITES="graph sched" (--suite each),
+# TSAN_SUITES (default "sched graph common"), TSAN_ARCHER (path of libarcher.so),
 # MESON_TEST_ARGS, MESON_SETUP_ARGS, BENCH_ARGS (e.g. --json),
 # STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check).
 
 MESON           ?= meson
 BUILD           ?= build
 ASAN_BUILD      ?= build-asan
+TSAN_BUILD      ?= build-tsan
 PREFIX          ?= /usr/local
 SUITES          ?=
 MESON_TEST_ARGS ?=
@@ -26,10 +32,11 @@ BENCH_ARGS      ?=
 STRESS_COUNT    ?=
 NO_DEPS         ?=
 
-DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev
+DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev
 
 SETUP_ARGS      := --prefix=$(PREFIX) $(MESON_SETUP_ARGS)
 ASAN_SETUP_ARGS := $(SETUP_ARGS) -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+TSAN_SETUP_ARGS := $(SETUP_ARGS) -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug
 
 # The stress suite is opt-in: left out unless SUITES names it.
 SUITE_ARGS := $(foreach s,$(SUITES),--suite $(s)) \
@@ -40,6 +47,28 @@ LSAN_SUPP := $(CURDIR)/tests/lsan.supp
 ASAN_ENV  := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
              UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
              $(if $(wildcard $(LSAN_SUPP)),LSAN_OPTIONS=suppressions=$(LSAN_SUPP):print_suppressions=0)
+
+# ThreadSanitizer: clang, with LLVM's OpenMP runtime (clang -fopenmp links
+# libomp; GCC's libgomp is invisible to TSan) and Archer, the OMPT tool that
+# tells TSan about OpenMP's synchronization (parallel regions, barriers,
+# task dependences).  No suppressions: any report fails the test (exit 66).
+# ignore_noninstrumented_modules=1 is Archer's documented setting: accesses
+# made inside uninstrumented libraries (libomp, OpenBLAS) are not checked.
+# OpenBLAS runs with one thread: graft calls it from its own workers, one
+# tile each, and a pthreads OpenBLAS would otherwise start a pool of idle,
+# uninstrumented threads.  TSAN_SUITES: the suites whose tests run the
+# parallel executors (sched: random DAGs, faults, stress, concurrent calls,
+# deques; graph and common: variables, hostile input, allocation failure);
+# kernels and grad run their graphs on the sequential executor almost only.
+# Smaller case counts than make test's: TSan is 5-15x slower.
+TSAN_SUITES ?= sched graph common
+TSAN_ARCHER ?= $(wildcard $(abspath $(dir $(shell clang -print-resource-dir 2>/dev/null))../libarcher.so))
+TSAN_ENV  := OMP_TOOL_LIBRARIES=$(TSAN_ARCHER) \
+             TSAN_OPTIONS=ignore_noninstrumented_modules=1:halt_on_error=0:exitcode=66 \
+             OPENBLAS_NUM_THREADS=1 \
+             GRAFT_TEST_DAGS=100 GRAFT_TEST_PLANS=500 GRAFT_TEST_CALLS=1000
+TSAN_TEST_ARGS = --print-errorlogs -v $(foreach s,$(TSAN_SUITES),--suite $(s)) \
+                 --no-suite stress $(MESON_TEST_ARGS)
 
 # A user-given PREFIX also applies to an already configured build directory.
 ifneq ($(filter command line environment,$(origin PREFIX)),)
@@ -59,16 +88,28 @@ if [ ! -f $(1)/build.ninja ]; then \
 fi
 endef
 
-# $(call build_and_test,DIR,SETUP_ARGS,ENV): configure, compile, test; the
-# status of the first step that fails.
+# $(call build_and_test,DIR,SETUP_ARGS,ENV[,TEST_ARGS]): configure, compile,
+# test (TEST_ARGS, else $(TEST_ARGS)); the status of the first step that fails.
 define build_and_test
 ( $(call configure,$(1),$(2)) && \
   $(MESON) compile -C $(1) && \
   rm -f $(1)/meson-logs/testlog.json && \
-  env $(3) $(MESON) test -C $(1) $(TEST_ARGS) )
+  env $(3) $(MESON) test -C $(1) $(if $(4),$(4),$(TEST_ARGS)) )
 endef
 
-.PHONY: all build deps test stress demo bench install clean help
+# Shell code: the ThreadSanitizer build and its tests (clang for the setup);
+# fails at once, with a hint, without Archer (TSan would not see OpenMP's
+# synchronization).
+define tsan_build_and_test
+( if [ ! -f "$(TSAN_ARCHER)" ]; then \
+    echo "graft: libarcher.so not found (Debian: libomp-dev); set TSAN_ARCHER=/path/to/libarcher.so" >&2; \
+    exit 1; \
+  fi; \
+  export CC=clang; \
+  $(call build_and_test,$(TSAN_BUILD),$(TSAN_SETUP_ARGS),$(TSAN_ENV),$(TSAN_TEST_ARGS)) )
+endef
+
+.PHONY: all build deps test tsan stress demo bench install clean help
 
 all: build
 
@@ -105,8 +146,14 @@ test: deps
 	$(call build_and_test,$(BUILD),$(SETUP_ARGS),) || { rc=1; echo "==> $(BUILD): FAILED"; }; \
 	echo "==> $(ASAN_BUILD): tests under AddressSanitizer + UBSan"; \
 	$(call build_and_test,$(ASAN_BUILD),$(ASAN_SETUP_ARGS),$(ASAN_ENV)) || { rc=1; echo "==> $(ASAN_BUILD): FAILED"; }; \
+	echo "==> $(TSAN_BUILD): $(TSAN_SUITES) tests under ThreadSanitizer"; \
+	$(tsan_build_and_test) || { rc=1; echo "==> $(TSAN_BUILD): FAILED"; }; \
 	if [ $$rc -eq 0 ]; then echo "==> make test: all passed"; else echo "==> make test: FAILED"; fi; \
 	exit $$rc
+
+tsan: deps
+	@echo "==> $(TSAN_BUILD): $(TSAN_SUITES) tests under ThreadSanitizer"; \
+	$(tsan_build_and_test) || { echo "==> $(TSAN_BUILD): FAILED"; exit 1; }
 
 stress: build
 	$(MESON) test -C $(BUILD) --print-errorlogs -v --suite stress $(MESON_TEST_ARGS)
@@ -128,7 +175,7 @@ install: build
 	$(MESON) install -C $(BUILD) $(if $(DESTDIR),--destdir "$(DESTDIR)")
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) quickstart.dot
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) quickstart.dot
 
 help:
 	@sed -n '/^# graft/,/^$$/p' $(firstword $(MAKEFILE_LIST))
