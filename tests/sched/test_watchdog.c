@@ -96,31 +96,21 @@ static void steady_steps(void) {
   }
 }
 
-static void test_tu_watchdog__hung_step_ends_program_naming_it(void **state) {
-  (void)state;
+/* body, run in a child, must end it with status 1 and a message holding
+ * want. */
+static void expect_bark(void (*body)(void), const char *want) {
   outcome o;
-  run_child(hang_in_step, &o);
+  run_child(body, &o);
   if (o.killed) fail_msg("the watchdog did not end a hung child within %d s", GIVE_UP_S);
   assert_false(o.signalled);
   assert_int_equal(o.status, 1);
-  if (!strstr(o.out, "WATCHDOG: planted: seed 7, ws x3: no progress for"))
-    fail_msg("message does not name the test and the step: \"%s\"", o.out);
+  if (!strstr(o.out, want)) fail_msg("the message lacks \"%s\": \"%s\"", want, o.out);
 }
 
-static void test_tu_watchdog__hung_test_without_steps(void **state) {
-  (void)state;
+/* body, run in a child, must end normally with no word from the watchdog. */
+static void expect_quiet(void (*body)(void)) {
   outcome o;
-  run_child(hang_without_steps, &o);
-  if (o.killed) fail_msg("the watchdog did not end a hung child within %d s", GIVE_UP_S);
-  assert_int_equal(o.status, 1);
-  if (!strstr(o.out, "WATCHDOG: planted: no progress for"))
-    fail_msg("message does not name the test: \"%s\"", o.out);
-}
-
-static void test_tu_watchdog__steady_steps_do_not_trip_it(void **state) {
-  (void)state;
-  outcome o;
-  run_child(steady_steps, &o);
+  run_child(body, &o);
   assert_false(o.killed);
   assert_false(o.signalled);
   if (o.status != 0) fail_msg("status %d: \"%s\"", o.status, o.out);
@@ -134,13 +124,24 @@ static void idle_after_disarm(void) {
   nap(1.5);
 }
 
+static void test_tu_watchdog__hung_step_ends_program_naming_it(void **state) {
+  (void)state;
+  expect_bark(hang_in_step, "WATCHDOG: planted: seed 7, ws x3: no progress for");
+}
+
+static void test_tu_watchdog__hung_test_without_steps(void **state) {
+  (void)state;
+  expect_bark(hang_without_steps, "WATCHDOG: planted: no progress for");
+}
+
+static void test_tu_watchdog__steady_steps_do_not_trip_it(void **state) {
+  (void)state;
+  expect_quiet(steady_steps);
+}
+
 static void test_tu_watchdog__idle_outside_a_test_does_not_trip_it(void **state) {
   (void)state;
-  outcome o;
-  run_child(idle_after_disarm, &o);
-  assert_false(o.killed);
-  if (o.status != 0) fail_msg("status %d: \"%s\"", o.status, o.out);
-  assert_null(strstr(o.out, "WATCHDOG"));
+  expect_quiet(idle_after_disarm);
 }
 
 int main(void) {
