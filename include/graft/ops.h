@@ -21,7 +21,8 @@
  * Sizes: every value (an op's output, a constant) holds at most 2^48
  * bytes, and a plan's values together at most 2^62 (GRAFT_ESHAPE when an
  * element count overflows int64, GRAFT_ENOMEM past a limit); a shape with a
- * 0 dim has no elements whatever its other dims.  Shapes with symbolic dims
+ * 0 dim has no elements, but its other dims must fit the limit as if it
+ * were full (GRAFT_ESHAPE otherwise).  Shapes with symbolic dims
  * are checked again once a call binds them.  Shape arithmetic (concat's
  * sum, slice and pad bounds, reshape's product) never wraps.
  */

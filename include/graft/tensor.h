@@ -40,9 +40,11 @@ GRAFT_API const char *graft_dtype_name(graft_dtype dt);
 
 /* Create a zero-filled tensor that owns 64-byte-aligned memory.
  * rank is 0..GRAFT_MAX_RANK; shape may be NULL when rank is 0; every dim >= 0
- * (any 0 dim gives zero elements, whatever the other dims).  Returns
- * GRAFT_EINVAL (bad rank, NULL shape, negative dim, an element count that
- * overflows int64, NULL out), GRAFT_EDTYPE, or GRAFT_ENOMEM (out of memory,
+ * (a 0 dim gives zero elements; the other dims must still fit within the
+ * byte limit as if the value were full, since kernels form strides from
+ * them).  Returns GRAFT_EINVAL (bad rank, NULL shape, negative dim, an
+ * element count that overflows int64, an empty shape whose other dims are
+ * too large, NULL out), GRAFT_EDTYPE, or GRAFT_ENOMEM (out of memory,
  * or more than 2^48 bytes, graft's limit for one value); *out is NULL on
  * failure and graft_last_errmsg() says why.  Free with graft_tensor_destroy. */
 GRAFT_API graft_status graft_tensor_create(graft_dtype dt, int rank,

@@ -81,11 +81,13 @@ int64_t graft__size_add_sat(int64_t a, int64_t b);
 /* Product of dims (1 for rank 0; 0 when any dim is 0, whatever the others
  * are); -1 if a dim is negative or the product overflows. */
 int64_t graft__numel(int rank, const int64_t *dims);
-/* Check that a value of dtype dt and shape dims can exist: dims >= 0, the
- * element count fits int64 and the bytes GRAFT__MAX_VALUE_BYTES.  Returns
+/* Check that a value of dtype dt and shape dims can exist: dims >= 0, and
+ * its nonzero dims (every 0 dim taken as 1, so that kernels' strides fit
+ * even for an empty value) hold at most GRAFT__MAX_VALUE_BYTES.  Returns
  * GRAFT_OK with *numel and *bytes (either may be NULL), or GRAFT_ESHAPE
- * (negative dim, count overflow) / GRAFT_ENOMEM (too many bytes) with the
- * reason, naming the shape, in why (may be NULL). */
+ * (negative dim, count overflow, an empty value whose other dims are too
+ * large) / GRAFT_ENOMEM (too many bytes) with the reason, naming the
+ * shape, in why (may be NULL). */
 graft_status graft__size_check(int rank, const int64_t *dims, graft_dtype dt, int64_t *numel,
                                int64_t *bytes, char *why, size_t why_len);
 

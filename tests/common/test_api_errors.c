@@ -253,15 +253,23 @@ static void test_graft_tensor_create__huge_shapes_refused_with_size(void **state
   expect_fail(graft_tensor_wrap(GRAFT_F32, 2, big, &g_sentinel_byte, &t), GRAFT_ENOMEM,
               "graft_tensor_wrap", "2^48");
   assert_null(t);
-  /* One rule for zero elements: any 0 dim, whatever the others. */
+  /* One rule for zero elements: a 0 dim empties the value, and its other
+   * dims must fit as if it were full (kernels form strides from them), so
+   * [INT64_MAX, 0] and [INT64_MAX, 2, 0] are refused alike, and an empty
+   * value whose other dims fit is accepted. */
   const int64_t z2[] = {INT64_MAX, 0}, z3[] = {INT64_MAX, 2, 0};
   const int64_t *zs[] = {z2, z3};
   for (int i = 0; i < 2; i++) {
-    t = NULL;
-    tu_assert_status(graft_tensor_create(GRAFT_F64, 2 + i, zs[i], &t), GRAFT_OK);
-    assert_int_equal(graft_tensor_numel(t), 0);
-    graft_tensor_destroy(t);
+    t = SENTINEL;
+    expect_fail(graft_tensor_create(GRAFT_F64, 2 + i, zs[i], &t), GRAFT_EINVAL,
+                "graft_tensor_create", "9223372036854775807", "a 0 dim empties the value");
+    assert_null(t);
   }
+  const int64_t ok[] = {INT64_C(1) << 20, 0, INT64_C(1) << 20};
+  t = NULL;
+  tu_assert_status(graft_tensor_create(GRAFT_F64, 3, ok, &t), GRAFT_OK);
+  assert_int_equal(graft_tensor_numel(t), 0);
+  graft_tensor_destroy(t);
 }
 
 static void test_graft_tensor_wrap__misaligned_per_dtype(void **state) {
