@@ -9,7 +9,7 @@
 GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *primals,
                                  graft_value *const *tangents, int n_y, graft_value *const *ys,
                                  graft_unconnected policy, graft_value **jvps) {
-  static const char *fn = "graft_jvp";
+  static const char *const fn = "graft_jvp";
   if (!t) return GRAFT_EINVAL;
   if (jvps)
     for (int k = 0; k < n_y; k++) jvps[k] = NULL;

@@ -17,7 +17,7 @@ GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *con
                                        graft_value *const *seeds, int n_x,
                                        graft_value *const *xs, graft_unconnected policy,
                                        graft_value **grads) {
-  static const char *fn = "graft_gradients";
+  static const char *const fn = "graft_gradients";
   if (!t) return GRAFT_EINVAL;
   if (grads)
     for (int i = 0; i < n_x; i++) grads[i] = NULL;
