@@ -14,11 +14,19 @@
 #   make install         meson install (PREFIX=/usr/local, DESTDIR honoured)
 #   make clean           remove the build directories and quickstart.dot
 #   make deps            install missing Debian packages (root) or say how
+#   make fuzz            build the libFuzzer targets in ./build-fuzz (clang) and
+#                        run each for FUZZ_SECONDS on a scratch copy of its
+#                        corpus; fails on a crash, leak, timeout or OOM
+#   make fuzz-seeds      regenerate the generated seed inputs of each corpus
+#   make fuzz-merge      add the inputs of the last `make fuzz` that reach new
+#                        coverage to tests/fuzz/corpus (then review and commit)
 #
 # Variables: BUILD, ASAN_BUILD, TSAN_BUILD, PREFIX, SUITES="graph sched" (--suite each),
 # TSAN_SUITES (default "sched graph common"), TSAN_ARCHER (path of libarcher.so),
 # MESON_TEST_ARGS, MESON_SETUP_ARGS, BENCH_ARGS (e.g. --json),
-# STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check).
+# STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check),
+# FUZZ_BUILD, FUZZ_SECONDS (per target, default 60), FUZZ_TARGETS, FUZZ_ARGS
+# (more libFuzzer flags, e.g. -jobs=2).
 
 MESON           ?= meson
 BUILD           ?= build
@@ -176,6 +184,53 @@ install: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) quickstart.dot
+
+# ---- fuzzing (tests/fuzz/README.md) --------------------------------------
+# Each target runs on a scratch copy of tests/fuzz/corpus/<target>, so the
+# committed corpus grows only through `make fuzz-merge`.  -timeout catches
+# hangs (seconds per input), -rss_limit_mb runaway memory; libFuzzer exits
+# non-zero on any finding and leaves the input in
+# $(FUZZ_BUILD)/fuzz-work/<target>/artifacts.  Replay one with
+# $(FUZZ_BUILD)/tests/fuzz/fuzz_<target> FILE (or fuzz_replay_<target>).
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(notdir $(wildcard tests/fuzz/corpus/*))
+FUZZ_ARGS    ?=
+FUZZ_FLAGS   := -timeout=30 -rss_limit_mb=2048 -max_len=1024 -print_final_stats=1
+FUZZ_WORK    := $(FUZZ_BUILD)/fuzz-work
+
+.PHONY: fuzz fuzz-build fuzz-seeds fuzz-merge
+
+fuzz-build: deps
+	@( export CC=clang; $(call configure,$(FUZZ_BUILD),$(SETUP_ARGS) -Dfuzz=true) )
+	@if ! grep -q 'fuzz_$(firstword $(FUZZ_TARGETS))' $(FUZZ_BUILD)/build.ninja; then \
+	  $(MESON) configure $(FUZZ_BUILD) -Dfuzz=true; fi
+	$(MESON) compile -C $(FUZZ_BUILD) $(foreach t,$(FUZZ_TARGETS),tests/fuzz/fuzz_$(t) tests/fuzz/fuzz_replay_$(t))
+
+fuzz: fuzz-build
+	@rc=0; \
+	for t in $(FUZZ_TARGETS); do \
+	  work=$(FUZZ_WORK)/$$t; rm -rf $$work; mkdir -p $$work/corpus $$work/artifacts; \
+	  cp tests/fuzz/corpus/$$t/* $$work/corpus/; \
+	  echo "==> fuzz_$$t: $(FUZZ_SECONDS) s on $$(ls $$work/corpus | wc -l) corpus inputs"; \
+	  env $(ASAN_ENV) $(FUZZ_BUILD)/tests/fuzz/fuzz_$$t $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
+	    -artifact_prefix=$$work/artifacts/ $(FUZZ_ARGS) $$work/corpus \
+	    || { rc=1; echo "==> fuzz_$$t: FAILED; the input is in $$work/artifacts"; }; \
+	done; \
+	if [ $$rc -eq 0 ]; then echo "==> make fuzz: no findings"; else echo "==> make fuzz: FAILED"; fi; \
+	exit $$rc
+
+fuzz-seeds: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	  $(FUZZ_BUILD)/tests/fuzz/fuzz_replay_$$t --seeds tests/fuzz/corpus/$$t || exit 1; \
+	done
+
+fuzz-merge: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+	  [ -d $(FUZZ_WORK)/$$t/corpus ] || continue; \
+	  env $(ASAN_ENV) $(FUZZ_BUILD)/tests/fuzz/fuzz_$$t -merge=1 $(FUZZ_FLAGS) \
+	    tests/fuzz/corpus/$$t $(FUZZ_WORK)/$$t/corpus || exit 1; \
+	done
 
 help:
 	@sed -n '/^# graft/,/^$$/p' $(firstword $(MAKEFILE_LIST))

@@ -1,0 +1,36 @@
+/* What every fuzz target provides, and how a harness reports a finding.
+ *
+ * A target is one file set listed in tests/fuzz/meson.build.  It defines
+ * libFuzzer's entry points and two hooks for replay.c, the plain driver
+ * that replays a corpus in every build (no libFuzzer needed):
+ *   fz_target_seeds(dir)  writes the target's generated seed inputs;
+ *   fz_target_check()     after a replay, checks what the corpus covered
+ *                         (0: enough; else prints what is missing). */
+#ifndef GRAFT_FUZZ_H
+#define GRAFT_FUZZ_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int fz_target_seeds(const char *dir);
+int fz_target_check(void);
+
+/* A finding: print it and abort, which libFuzzer and the replay test both
+ * report as a crash of the current input. */
+__attribute__((noreturn, format(printf, 1, 2))) static inline void fz_die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("graft fuzz: FINDING: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  abort();
+}
+
+#endif /* GRAFT_FUZZ_H */

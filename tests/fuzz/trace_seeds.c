@@ -1,0 +1,254 @@
+/* Seed inputs of the `trace` target, written by
+ *   fuzz_replay_trace --seeds tests/fuzz/corpus/trace
+ * (`make fuzz-seeds`): one input per op kind on a small float or integer
+ * environment, and programs that chain them (a training step with
+ * gradients and an assign, gradients of gradients, an HVP, a JVP through a
+ * custom gradient) under the runtime options and header flags the decoder
+ * knows.  The encoding follows trace_target.c (header) and trace_gen.c (op
+ * stream); replaying the corpus with --check verifies that every op kind
+ * is emitted by some input whose call succeeds under both schedulers, so a
+ * seed that drifted from the decoder shows. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fuzz.h"
+#include "trace_gen.h"
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Header flags and option indexes (trace_target.c). */
+enum { F_SIGNATURE = 1, F_TWO_CALLS = 2, F_STALE = 4, F_STATS = 8, F_ORPHAN = 16, F_DROP_VAR = 32,
+       F_ARITY = 64, F_CACHE_ONE = 128 };
+enum { O_GRAIN, O_MEMORY, O_PARTITION, O_TOPOLOGY, O_BIND, O_THREADS, O_TRACE, O_DESCRIBE, O_COUNT };
+
+typedef struct tdesc {
+  unsigned dt; /* 0 f32, 1 f64, 2 i32 */
+  int rank;
+  int64_t d[4];
+  unsigned sym;  /* bit i: dim i is -1 in the signature */
+  int64_t alt[4]; /* second call's dims (0: the same) */
+} tdesc;
+
+typedef struct env {
+  unsigned flags;
+  unsigned opt[O_COUNT];
+  int n_in, n_vars, n_out;
+  tdesc in[FZ_MAX_IN], var[FZ_MAX_VARS];
+  unsigned out_mode[FZ_MAX_OUT];
+} env;
+
+typedef struct seed {
+  uint8_t b[512];
+  size_t n;
+} seed;
+
+static void put(seed *s, unsigned v) {
+  if (s->n < sizeof s->b) s->b[s->n++] = (uint8_t)v;
+}
+
+static void put_bytes(seed *s, const uint8_t *b, size_t n) {
+  for (size_t i = 0; i < n; i++) put(s, b[i]);
+}
+
+static void put_dim(seed *s, int64_t d) { /* trace_gen.c dim_from: literal below 16 */
+  if (d >= 0 && d < 16) {
+    put(s, (unsigned)d);
+    return;
+  }
+  put(s, 88);
+  for (int i = 0; i < 8; i++) put(s, (unsigned)((uint64_t)d >> (8 * i)) & 0xffu);
+}
+
+static void put_env(seed *s, const env *e) {
+  put(s, e->flags);
+  put(s, (unsigned)e->n_in);
+  put(s, (unsigned)e->n_vars);
+  put(s, (unsigned)e->n_out);
+  for (int i = 0; i < O_COUNT; i++) put(s, e->opt[i]);
+  put(s, 7);  /* data seed */
+  put(s, 0);  /* data mode: plain values */
+  for (int i = 0; i < e->n_in; i++) {
+    const tdesc *t = &e->in[i];
+    put(s, t->dt);
+    put(s, (unsigned)t->rank);
+    for (int k = 0; k < t->rank; k++) put_dim(s, t->d[k]);
+    put(s, 0); /* signature dtype: the input's */
+    for (int k = 0; k < t->rank; k++) put(s, (t->sym >> k) & 1);
+    for (int k = 0; k < t->rank; k++) put(s, (unsigned)t->alt[k]);
+  }
+  for (int i = 0; i < e->n_vars; i++) {
+    const tdesc *t = &e->var[i];
+    put(s, t->dt);
+    put(s, (unsigned)t->rank);
+    for (int k = 0; k < t->rank; k++) put_dim(s, t->d[k]);
+    put(s, 2); /* init from data, trainable */
+  }
+  for (int i = 0; i < e->n_out; i++) put(s, e->out_mode[i]);
+  if (e->flags & F_STALE) put(s, 0); /* the dead trace's function is destroyed */
+}
+
+/* Environments: a f32 [2,3] and b f32 [3] with a variable f32 [2,3]; the
+ * same in f64; two i32 [4]; and a batch of logits x [4,3] with i32
+ * labels [4] and weights [3,4]. */
+static const env env_f32 = {.n_in = 2, .n_vars = 1, .n_out = 1,
+                            .in = {{0, 2, {2, 3}, 0, {0}}, {0, 1, {3}, 0, {0}}},
+                            .var = {{0, 2, {2, 3}, 0, {0}}}};
+static const env env_f64 = {.n_in = 2, .n_vars = 1, .n_out = 1,
+                            .in = {{1, 2, {2, 3}, 0, {0}}, {1, 1, {3}, 0, {0}}},
+                            .var = {{1, 2, {2, 3}, 0, {0}}}};
+static const env env_i32 = {.n_in = 2, .n_vars = 1, .n_out = 1,
+                            .in = {{2, 1, {4}, 0, {0}}, {2, 1, {4}, 0, {0}}},
+                            .var = {{2, 1, {4}, 0, {0}}}};
+static const env env_batch = {.flags = F_TWO_CALLS | F_STATS, .n_in = 2, .n_vars = 1, .n_out = 2,
+                              .in = {{0, 2, {4, 3}, 0, {0}}, {2, 1, {4}, 0, {0}}},
+                              .var = {{0, 2, {3, 4}, 0, {0}}},
+                              .out_mode = {1, 0}};
+
+/* The training step on env_batch: logits = x @ W, loss = xent(logits,
+ * labels), g = d loss / d W, W -= 0.5 g; outputs the loss and the new W. */
+static const uint8_t prog_train[] = {
+    FZ_OP_READ, 0,                /* W */
+    FZ_OP_MATMUL, 2, 2, 0, 0,     /* x @ (the first value whose dims fit: W) */
+    FZ_OP_SOFTMAX_XENT, 0, 0, 1, 0, /* newest rank-2 logits, labels from the pool */
+    FZ_OP_GRADIENTS, 0, 0, 0, 0, 2, 0, /* d loss / d W (the third oldest) */
+    FZ_OP_ASSIGN_SUB, 0, 1, 0, 3, /* W -= 0.5 * newest fitting value (g) */
+    255, 2, 0, 0};                /* outputs: loss, new W; return OK */
+
+/* Second derivatives: d/dx of d tanh(x)/dx, and an HVP of sum(sin(x*x)). */
+static const uint8_t prog_grad_grad[] = {
+    FZ_OP_TANH, 1,
+    FZ_OP_GRADIENTS, 0, 0, 0, 0, 0, 0,
+    FZ_OP_GRADIENTS, 0, 0, 0, 0, 0, 1, /* of the gradient, seeds: none, x policy zero */
+    255, 0, 0};
+static const uint8_t prog_hvp[] = {
+    FZ_OP_MUL, 1, 0, 0,
+    FZ_OP_SIN, 0,
+    FZ_OP_HVP, 0, 0, 0, 0, 0,
+    255, 0, 0};
+/* A custom gradient of square(x) with respect to x, differentiated in
+ * reverse (its VJP: 0, a cotangent shaped like x) and forward mode. */
+static const uint8_t prog_custom[] = {
+    FZ_OP_SQUARE, 1,
+    FZ_OP_CUSTOM_GRADIENT, 1, 0, 0,
+    FZ_OP_GRADIENTS, 0, 0, 0, 0, 0, 0, 0,
+    FZ_OP_JVP, 0, 0, 0, 0, 1, 0,
+    255, 0, 0};
+/* Elementwise, broadcast, reduction and shape ops mixed, for the runtime
+ * option seeds. */
+static const uint8_t prog_mix[] = {
+    FZ_OP_ADD, 1, 0, 0,       /* a + b (broadcast) */
+    FZ_OP_EXP, 0,
+    FZ_OP_REDUCE_SUM, 0, 1, 0, 0, 1, /* over the first axis, keepdims */
+    FZ_OP_MUL, 0, 0, 0,
+    FZ_OP_SOFTMAX, 0, 0,
+    FZ_OP_TRANSPOSE, 0, 0,
+    255, 0, 0};
+
+static int write_seed(const char *dir, const char *name, const seed *s) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/seed-%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(s->b, 1, s->n, f) != s->n || fclose(f)) {
+    perror(path);
+    return -1;
+  }
+  return 0;
+}
+
+static int emit(const char *dir, const char *name, const env *e, const uint8_t *body, size_t n) {
+  seed s = {{0}, 0};
+  put_env(&s, e);
+  put_bytes(&s, body, n);
+  return write_seed(dir, name, &s);
+}
+
+/* Per op kind: the op with default (0) parameters on the environment its
+ * dtypes need; ops that want a rank-2 first operand take the oldest value. */
+/* "<prefix>-<op name in lower case>" into buf (64 bytes). */
+static const char *op_file(const char *prefix, int op, char *buf) {
+  snprintf(buf, 64, "%s-%s", prefix, fz_op_name(op));
+  for (char *c = buf; *c; c++)
+    if (*c >= 'A' && *c <= 'Z') *c = (char)(*c - 'A' + 'a');
+  return buf;
+}
+
+static int emit_ops(const char *dir) {
+  int rc = 0;
+  char name[64];
+  for (int op = 0; op < FZ_OP_COUNT; op++) {
+    const env *e = &env_f32;
+    uint8_t body[4] = {(uint8_t)op, 0};
+    size_t n = 1;
+    if (op == FZ_OP_ONE_HOT) e = &env_i32;
+    if (op == FZ_OP_MATMUL || op == FZ_OP_SLICE || op == FZ_OP_PAD || op == FZ_OP_SOFTMAX ||
+        op == FZ_OP_LOG_SOFTMAX || op == FZ_OP_RESHAPE)
+      body[n++] = 1; /* operand: a [2,3] */
+    rc |= emit(dir, op_file("op", op, name), e, body, n);
+  }
+  /* The i32 and f64 variants of the families that take them. */
+  const uint8_t i32_ops[] = {FZ_OP_ADD, FZ_OP_MUL, FZ_OP_MAXIMUM, FZ_OP_REDUCE_PROD, FZ_OP_CAST, FZ_OP_WHERE};
+  for (size_t i = 0; i < COUNT(i32_ops); i++) {
+    rc |= emit(dir, op_file("i32", i32_ops[i], name), &env_i32, &i32_ops[i], 1);
+  }
+  const uint8_t f64_ops[] = {FZ_OP_POW, FZ_OP_LGAMMA, FZ_OP_POLYGAMMA, FZ_OP_LOGSUMEXP, FZ_OP_MUL_ADD};
+  for (size_t i = 0; i < COUNT(f64_ops); i++) {
+    rc |= emit(dir, op_file("f64", f64_ops[i], name), &env_f64, &f64_ops[i], 1);
+  }
+  return rc;
+}
+
+/* The chained programs, and prog_mix under each family of runtime options
+ * and header flags. */
+static int emit_programs(const char *dir) {
+  int rc = 0;
+  env e = env_batch;
+  rc |= emit(dir, "train", &e, prog_train, sizeof prog_train);
+  e.flags |= F_SIGNATURE; /* batch dims -1: one trace, a plan per batch size */
+  e.in[0].sym = 1;
+  e.in[1].sym = 1;
+  e.in[0].alt[0] = e.in[1].alt[0] = 2;
+  rc |= emit(dir, "train-symbolic", &e, prog_train, sizeof prog_train);
+  e.flags |= F_CACHE_ONE | F_DROP_VAR;
+  rc |= emit(dir, "train-drop-var", &e, prog_train, sizeof prog_train);
+
+  e = env_f64;
+  rc |= emit(dir, "grad-of-grad", &e, prog_grad_grad, sizeof prog_grad_grad);
+  rc |= emit(dir, "hvp", &e, prog_hvp, sizeof prog_hvp);
+  rc |= emit(dir, "custom-gradient", &e, prog_custom, sizeof prog_custom);
+
+  static const struct {
+    const char *name;
+    unsigned flags, opt, value;
+  } variants[] = {
+      {"grain-1", 0, O_GRAIN, 1},          {"grain-7", 0, O_GRAIN, 2},
+      {"lanes-1", 0, O_MEMORY, 2},         {"lanes-3", 0, O_MEMORY, 4},
+      {"partition-none", 0, O_PARTITION, 2}, {"partition-core", 0, O_PARTITION, 7},
+      {"topology-2x2", 0, O_TOPOLOGY, 1},  {"topology-numa", 0, O_TOPOLOGY, 3},
+      {"topology-deep", 0, O_TOPOLOGY, 4}, {"bind-false", 0, O_BIND, 2},
+      {"threads-4", 0, O_THREADS, 2},      {"threads-1", 0, O_THREADS, 3},
+      {"trace-devnull", 0, O_TRACE, 1},    {"describe", 0, O_DESCRIBE, 17},
+      {"bad-memory", 0, O_MEMORY, 5},      {"bad-partition", 0, O_PARTITION, 8},
+      {"bad-topology", 0, O_TOPOLOGY, 7},  {"bad-grain", 0, O_GRAIN, 6},
+      {"stale", F_STALE, O_GRAIN, 0},      {"orphan", F_ORPHAN, O_GRAIN, 0},
+      {"arity", F_ARITY, O_GRAIN, 0},      {"two-calls", F_TWO_CALLS | F_STATS, O_GRAIN, 0},
+  };
+  for (size_t i = 0; i < COUNT(variants); i++) {
+    e = env_f32;
+    e.flags = variants[i].flags;
+    e.opt[variants[i].opt] = variants[i].value;
+    char name[64];
+    snprintf(name, sizeof name, "mix-%s", variants[i].name);
+    rc |= emit(dir, name, &e, prog_mix, sizeof prog_mix);
+  }
+  return rc;
+}
+
+int fz_target_seeds(const char *dir) {
+  if (mkdir(dir, 0777) && errno != EEXIST) {
+    perror(dir);
+    return -1;
+  }
+  return emit_ops(dir) | emit_programs(dir) ? -1 : 0;
+}
