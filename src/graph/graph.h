@@ -186,6 +186,7 @@ struct graft_variable {
   int refs;        /* owner + graphs (atomic) */
   int destroyed;   /* the owner gave it up */
   int busy;        /* a call is committing into it (atomic) */
+  int owned;       /* a module owns it (module_int.h): graft_variable_destroy refuses it */
 };
 void graft__variable_ref(graft_variable *v);
 void graft__variable_unref(graft_variable *v);

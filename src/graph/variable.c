@@ -1,11 +1,12 @@
 /* Variables: host storage captured by reference by every graph that reads
- * or assigns them.  A variable is reference-counted: its owner holds one
- * reference and each graph that uses it one more, so destroying it while a
- * function still refers to it leaves memory valid and makes that function's
- * next call fail with GRAFT_EMISUSE. */
+ * or assigns them.  A variable is reference-counted: its owner (the caller,
+ * or the module it was created in) holds one reference and each graph that
+ * uses it one more, so destroying it (or its module) while a function still
+ * refers to it leaves memory valid and makes that function's next call fail
+ * with GRAFT_EMISUSE. */
 #include <string.h>
 
-#include "graph/graph.h"
+#include "graph/module_int.h"
 
 GRAFT_API graft_status graft_variable_create(graft_module *owner, const char *name, graft_dtype dt,
                                              int rank, const int64_t *shape, const void *init,
@@ -13,9 +14,6 @@ GRAFT_API graft_status graft_variable_create(graft_module *owner, const char *na
   static const char api[] = "graft_variable_create";
   if (!out) return graft__fail(GRAFT_EINVAL, "%s: out is NULL (expected a graft_variable **)", api);
   *out = NULL;
-  if (owner) /* modules arrive with a later release */
-    return graft__fail(GRAFT_EUNSUPPORTED, "%s: owner is not NULL (modules are not supported yet; "
-                       "expected NULL)", api);
   if (!name) return graft__fail(GRAFT_EINVAL, "%s: name is NULL (expected a string)", api);
   graft_status st = graft__tensor_check(api, dt, rank, shape, NULL);
   if (st) return st;
@@ -26,17 +24,26 @@ GRAFT_API graft_status graft_variable_create(graft_module *owner, const char *na
     graft__free(v);
     return graft__fail(st, "%s: variable '%s': %s", api, name, graft_last_errmsg());
   }
-  v->name = graft__strdup(name);
+  /* In a module the full name is the owner's scope + name. */
+  const char *scope = owner ? owner->scope : "";
+  size_t slen = strlen(scope), nlen = strlen(name);
+  v->name = graft__malloc(slen + nlen + 1);
   if (!v->name) {
     graft_tensor_destroy(v->value);
     graft__free(v);
     return graft__fail(GRAFT_ENOMEM, "%s: out of memory for variable '%s'", api, name);
   }
+  memcpy(v->name, scope, slen);
+  memcpy(v->name + slen, name, nlen + 1);
   if (init)
     memcpy(graft_tensor_data(v->value), init,
            (size_t)graft_tensor_numel(v->value) * graft_dtype_size(dt));
   v->flags = flags;
   v->refs = 1;
+  if (owner && (st = graft__module_hold_var(owner, api, name, v, GRAFT__ENTRY_OWNED))) {
+    graft__variable_unref(v);
+    return st;
+  }
   *out = v;
   return GRAFT_OK;
 }
@@ -52,11 +59,19 @@ void graft__variable_unref(graft_variable *v) {
 
 GRAFT_API void graft_variable_destroy(graft_variable *v) {
   if (!v) return;
+  if (v->owned) {
+    graft__fail(GRAFT_EMISUSE, "graft_variable_destroy: variable '%s' belongs to a module (expected "
+                "a variable created with owner NULL; a module's variables go with the module); "
+                "nothing was freed", v->name);
+    return;
+  }
   __atomic_store_n(&v->destroyed, 1, __ATOMIC_RELEASE);
   graft__variable_unref(v);
 }
 
 GRAFT_API const char *graft_variable_name(const graft_variable *v) { return v ? v->name : NULL; }
+
+GRAFT_API unsigned graft_variable_flags(const graft_variable *v) { return v ? v->flags : 0u; }
 
 GRAFT_API const graft_tensor *graft_variable_value(const graft_variable *v) {
   return v ? v->value : NULL;
