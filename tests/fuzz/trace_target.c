@@ -12,7 +12,9 @@
  *                                runtime options, each an index into a
  *                                table below (topology 8: built from the
  *                                bytes that follow)
- *   data_seed data_mode          input and variable data
+ *   data_seed data_mode          input and variable data; data_mode bit 2
+ *                                also sets variable 0 between the calls
+ *                                (bit 3: from a tensor of a wrong shape)
  *   per input   dtype (low 2 bits; bits 2-3: created, wrapped, wrapped
  *               misaligned), rank (mod 10), dims, signature dtype and dim
  *               modes, dims for the second call
@@ -71,6 +73,16 @@ static void check_status_msg(const char *what, graft_status st, const char *msg)
 }
 
 static void check_status(const char *what, graft_status st) { check_status_msg(what, st, NULL); }
+
+/* A call outside a trace: a documented status and, on failure, a
+ * graft_last_errmsg() that names the call (status.h). */
+static void check_call(const char *api, graft_status st) {
+  check_status_msg(api, st, graft_last_errmsg());
+  const char *msg = graft_last_errmsg();
+  if (st != GRAFT_OK && (!msg || !strstr(msg, api)))
+    fz_die("%s failed (%s) but graft_last_errmsg() is '%s'", api, graft_status_name(st),
+           msg ? msg : "(NULL)");
+}
 
 static int64_t numel_of(int rank, const int64_t *d) { /* -1: negative or past INT64_MAX */
   int64_t n = 1;
@@ -315,7 +327,7 @@ static graft_runtime *runtime_get(const graft_runtime_opts *opts, const char *sc
   graft_runtime *rt = NULL;
   msg[0] = 0;
   *st = graft_runtime_create_ex(&o, &rt, msg, len);
-  check_status("graft_runtime_create", *st);
+  check_call("graft_runtime_create", *st);
   if ((*st == GRAFT_OK) != (rt != NULL)) fz_die("graft_runtime_create: status and handle disagree");
   if (!rt || !victim) return rt; /* no free slot: the caller destroys it */
   graft_runtime_destroy(victim->rt);
@@ -362,7 +374,7 @@ static void make_input(input *in, const tensor_spec *s, const int64_t *d, uint64
   graft_status st;
   if (!small_shape(s->rank, d)) {
     st = graft_tensor_create(s->dt, s->rank, d, &in->t);
-    check_status("graft_tensor_create", st);
+    check_call("graft_tensor_create", st);
     if ((st == GRAFT_OK) != (in->t != NULL)) fz_die("graft_tensor_create: status and handle disagree");
     graft_tensor_destroy(in->t);
     in->t = NULL;
@@ -374,12 +386,12 @@ static void make_input(input *in, const tensor_spec *s, const int64_t *d, uint64
     if (!in->mem) fz_die("harness: out of memory");
     void *at = (unsigned char *)in->mem + (s->storage == 2 ? 1 : 0);
     st = graft_tensor_wrap(s->dt, s->rank, d, n ? at : NULL, &in->t);
-    check_status("graft_tensor_wrap", st);
+    check_call("graft_tensor_wrap", st);
     if (st == GRAFT_OK && s->storage == 2 && n && es > 1)
       fz_die("graft_tensor_wrap accepted memory misaligned for %s", graft_dtype_name(s->dt));
   } else {
     st = graft_tensor_create(s->dt, s->rank, d, &in->t);
-    check_status("graft_tensor_create", st);
+    check_call("graft_tensor_create", st);
   }
   if (st != GRAFT_OK) {
     if (in->t) fz_die("a tensor call failed but set its handle");
@@ -426,7 +438,7 @@ static void make_vars(side *s, const header *h, const void *const *init) {
     graft_status st = graft_variable_create(NULL, name, v->dt, v->rank, v->d,
                                             small && !(v->init & 1) ? init[i] : NULL,
                                             v->init & 2 ? GRAFT_VAR_TRAINABLE : 0, &s->prog.vars[i]);
-    check_status("graft_variable_create", st);
+    check_call("graft_variable_create", st);
     if ((st == GRAFT_OK) != (s->prog.vars[i] != NULL))
       fz_die("graft_variable_create: status and handle disagree");
     if (st == GRAFT_OK && !small) { /* too big to use; creating it had to be safe */
@@ -487,6 +499,9 @@ static void call_side(side *s, const call_args *a, const char *what) {
   char who[64];
   snprintf(who, sizeof who, "%s call (%s)", what, s->name);
   check_status_msg(who, s->st, graft_function_errmsg(s->f));
+  if (s->st != GRAFT_OK && strcmp(graft_last_errmsg(), graft_function_errmsg(s->f)))
+    fz_die("%s failed but graft_last_errmsg() '%s' is not the function's '%s'", who,
+           graft_last_errmsg(), graft_function_errmsg(s->f));
   for (int i = 0; i < a->n_inputs; i++) check_input_kept(&a->inputs[i], i, who);
   if (s->st == GRAFT_OK) {
     for (int k = 0; k < a->n_slots; k++) {
@@ -598,6 +613,39 @@ static void prepare_outputs(const header *h, const graft_tensor *const *first, c
   }
 }
 
+/* graft_variable_set on variable 0 of both sides, between the calls, from
+ * a tensor of its shape (data_mode bit 3: one more element on the last
+ * dim, or rank 1 for a scalar, which must be refused). */
+static void set_var0(side *s, const header *h, uint64_t *seed) {
+  if (!s[0].prog.vars[0]) return;
+  const graft_tensor *v = graft_variable_value(s[0].prog.vars[0]);
+  int rank = graft_tensor_rank(v);
+  int64_t d[GRAFT_MAX_RANK + 1] = {1};
+  bytes_copy(d, graft_tensor_shape(v), (size_t)rank * sizeof *d);
+  if (h->data_mode & 8) {
+    if (rank) d[rank - 1] += 1;
+    else rank = 1;
+  }
+  graft_tensor *src = NULL;
+  if (!modest_shape(rank, d)) return;
+  if (graft_tensor_create(graft_tensor_dtype(v), rank, d, &src) != GRAFT_OK)
+    fz_die("creating a small tensor failed");
+  fill_data(graft_tensor_data(src), graft_tensor_dtype(v), graft_tensor_numel(src), seed, h->data_mode);
+  graft_status st[2];
+  for (int k = 0; k < 2; k++) {
+    var_snap before;
+    snap_vars(&s[k], &before);
+    st[k] = graft_variable_set(s[k].prog.vars[0], src);
+    check_call("graft_variable_set", st[k]);
+    if (st[k] != GRAFT_OK && !vars_equal(&s[k], &before)) fz_die("a failed graft_variable_set changed it");
+    free_snap(&before);
+  }
+  if (st[0] != st[1]) fz_die("graft_variable_set: %s on one side, %s on the other",
+                             graft_status_name(st[0]), graft_status_name(st[1]));
+  if ((h->data_mode & 8) && st[0] == GRAFT_OK) fz_die("graft_variable_set accepted a wrong shape");
+  graft_tensor_destroy(src);
+}
+
 /* ---- dead traces and orphaned functions ---------------------------------- */
 
 typedef struct stale_ctx {
@@ -687,7 +735,7 @@ static void make_function(side *s, const header *h) {
                            .signature = (h->flags & F_SIGNATURE) ? &sig : NULL,
                            .cache_capacity = (h->flags & F_CACHE_ONE) ? 1 : 0};
   graft_status st = graft_function_create(s->rt, &d, &s->f);
-  check_status("graft_function_create", st);
+  check_call("graft_function_create", st);
   if ((st == GRAFT_OK) != (s->f != NULL)) fz_die("graft_function_create: status and handle disagree");
 }
 
@@ -816,6 +864,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       s[k].prog.vars[0] = NULL;
     }
   }
+  if (comparable && (h.data_mode & 4) && h.n_vars) set_var0(s, &h, &seed);
   if (comparable && (h.flags & F_TWO_CALLS)) {
     for (int k = 0; k < 2; k++) {
       prepare_outputs(&h, (const graft_tensor *const *)first, &a2[k]);
