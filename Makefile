@@ -4,7 +4,8 @@
 #   make                 configure (first time) and build in ./build
 #   make test            tests in ./build, then again in ./build-asan
 #                        (AddressSanitizer + UBSan), then the sched, graph and
-#                        common suites in ./build-tsan (ThreadSanitizer);
+#                        common suites in ./build-tsan (ThreadSanitizer), then
+#                        the fuzz targets for TEST_FUZZ_SECONDS in all;
 #                        fails if any fails
 #   make tsan            only the ThreadSanitizer build and its tests (clang,
 #                        LLVM's OpenMP runtime and its Archer tool)
@@ -26,7 +27,8 @@
 # MESON_TEST_ARGS, MESON_SETUP_ARGS, BENCH_ARGS (e.g. --json),
 # STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check),
 # FUZZ_BUILD, FUZZ_SECONDS (per target, default 60), FUZZ_TARGETS, FUZZ_ARGS
-# (more libFuzzer flags, e.g. -jobs=2).
+# (more libFuzzer flags, e.g. -jobs=2), TEST_FUZZ_SECONDS (make test's fuzzing
+# time, split among the targets; default 120, 0 = skip).
 
 MESON           ?= meson
 BUILD           ?= build
@@ -156,6 +158,12 @@ test: deps
 	$(call build_and_test,$(ASAN_BUILD),$(ASAN_SETUP_ARGS),$(ASAN_ENV)) || { rc=1; echo "==> $(ASAN_BUILD): FAILED"; }; \
 	echo "==> $(TSAN_BUILD): $(TSAN_SUITES) tests under ThreadSanitizer"; \
 	$(tsan_build_and_test) || { rc=1; echo "==> $(TSAN_BUILD): FAILED"; }; \
+	if [ $(TEST_FUZZ_SECONDS) -gt 0 ]; then \
+	  echo "==> $(FUZZ_BUILD): fuzz targets, $(TEST_FUZZ_SECONDS) s in all"; \
+	  $(MAKE) --no-print-directory fuzz NO_DEPS=1 \
+	    FUZZ_SECONDS=$$(( $(TEST_FUZZ_SECONDS) / $(words $(FUZZ_TARGETS)) )) \
+	    || { rc=1; echo "==> $(FUZZ_BUILD): FAILED"; }; \
+	fi; \
 	if [ $$rc -eq 0 ]; then echo "==> make test: all passed"; else echo "==> make test: FAILED"; fi; \
 	exit $$rc
 
@@ -194,6 +202,7 @@ clean:
 # $(FUZZ_BUILD)/tests/fuzz/fuzz_<target> FILE (or fuzz_replay_<target>).
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
+TEST_FUZZ_SECONDS ?= 120
 FUZZ_TARGETS ?= $(notdir $(wildcard tests/fuzz/corpus/*))
 FUZZ_ARGS    ?=
 FUZZ_FLAGS   := -timeout=30 -rss_limit_mb=2048 -max_len=1024 -print_final_stats=1
