@@ -13,5 +13,6 @@
 #include "graft/function.h"
 #include "graft/module.h"
 #include "graft/grad.h"
+#include "graft/optim.h"
 
 #endif /* GRAFT_H */

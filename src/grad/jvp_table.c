@@ -35,6 +35,13 @@ graft_value *graft__jvp_ASSIGN(graft_trace *t, const graft__node *n, graft_value
   return tin[0] ? graft__jvp_to_shape(t, tin[0], y) : NULL;
 }
 
+/* An optimizer step carries no tangent (as in reverse mode). */
+graft_value *graft__jvp_UPDATE(graft_trace *t, const graft__node *n, graft_value *const *in,
+                               graft_value *y, graft_value *const *tin) {
+  (void)t, (void)n, (void)in, (void)y, (void)tin;
+  return NULL;
+}
+
 /* A custom rule is given for reverse mode only; forward mode differentiates
  * the ops that computed y (input 0), which is the same derivative. */
 graft_value *graft__jvp_CUSTOM(graft_trace *t, const graft__node *n, graft_value *const *in,

@@ -36,6 +36,14 @@ void graft__vjp_ASSIGN(graft_trace *t, const graft__node *n, graft_value *const 
   gx[0] = graft__grad_unbroadcast(t, g, in[0]);
 }
 
+/* An optimizer step is not differentiated (its value is the packed new
+ * state; the weight's new value is read through a slice, whose gradient
+ * stops here). */
+void graft__vjp_UPDATE(graft_trace *t, const graft__node *n, graft_value *const *in,
+                       graft_value *y, graft_value *g, graft_value **gx) {
+  (void)t, (void)n, (void)in, (void)y, (void)g, (void)gx;
+}
+
 /* Check what a custom rule returned for input j (of the CUSTOM node n,
  * whose input 0 is y): a value of this trace with the input's dtype and
  * shape, or NULL. */

@@ -45,9 +45,13 @@ graft_status graft__graph_write_dot(const graft__graph *g, FILE *to) {
     fprintf(to, "  n%u [shape=%s, fillcolor=%s, color=%s, style=\"filled%s\", label=\"#%u %s", id,
             shape, fill, role_color[n->role < 3 ? n->role : 0], live[id] ? "" : ",dashed", id,
             graft__ops[n->op].name);
-    if (n->op == GRAFT__OP_VAR_READ || n->op == GRAFT__OP_ASSIGN) {
-      fputc(' ', to);
-      put_escaped(to, n->attr.var.var->name);
+    if (n->op == GRAFT__OP_VAR_READ || (graft__ops[n->op].flags & GRAFT__OPF_SIDE_EFFECT)) {
+      graft_variable *const *vs = &n->attr.var.var;
+      int nv = n->op == GRAFT__OP_VAR_READ ? 1 : graft__node_writes(n, &vs);
+      for (int j = 0; j < nv; j++) {
+        fputc(j ? ',' : ' ', to);
+        put_escaped(to, vs[j]->name);
+      }
     } else if (n->op == GRAFT__OP_INPUT) {
       fprintf(to, " %d", n->attr.input.index);
     }

@@ -34,6 +34,30 @@ _Static_assert(sizeof(uintptr_t) >= 8, "value handles encode 64 bits in a pointe
 /* Who emitted a node: the user's trace, or a gradient builder (for DOT). */
 enum graft__role { GRAFT__ROLE_FORWARD = 0, GRAFT__ROLE_BACKWARD, GRAFT__ROLE_TANGENT };
 
+/* An UPDATE node's rule (the optimizer step it fuses).  Its inputs are the
+ * weight's value w, the gradient g, hp = [lr, c1, c2s, gscale] (w's dtype:
+ * the learning rate, Adam's bias corrections 1 - b1^t and sqrt(1 - b2^t),
+ * the gradient's scale from clipping), then the slots' values; it writes
+ * the new weight and slots, packed one after another in its value (a
+ * staged write) or straight into the variables (kargs dst).  With
+ * ge = gscale g + wd w (Adam(W) below: gscale g, plus wd w for ADAM):
+ *   SGD       w' = w - lr ge
+ *   MOMENTUM  b' = mu b + ge, w' = w - lr b'
+ *   NESTEROV  b' = mu b + ge, w' = w - lr (ge + mu b')
+ *   ADAM      m' = b1 m + (1 - b1) ge, v' = b2 v + (1 - b2) ge ge,
+ *             w' = w - (lr / c1) m' / (sqrt(v') / c2s + eps)
+ *   ADAMW     the same with ge = gscale g, from w (1 - lr wd)  (PyTorch's
+ *             formulas and order of operations). */
+enum graft__update_kind {
+  GRAFT__UPDATE_SGD,
+  GRAFT__UPDATE_MOMENTUM,
+  GRAFT__UPDATE_NESTEROV,
+  GRAFT__UPDATE_ADAM,
+  GRAFT__UPDATE_ADAMW
+};
+#define GRAFT__UPDATE_MAX_VARS 3
+#define GRAFT__UPDATE_HP 4
+
 /* Op parameters; which member is used depends on the op. */
 typedef union graft__attr {
   struct { unsigned mask; int keepdims; } reduce;     /* REDUCE_*, LOGSUMEXP: bit i = axis i */
@@ -49,6 +73,12 @@ typedef union graft__attr {
   struct { graft_variable *var; } var;                /* VAR_READ, ASSIGN */
   struct { int index; } input;                        /* INPUT: position in the signature */
   struct { const struct graft__custom *rec; } custom; /* CUSTOM: the user's VJP rule */
+  struct graft__update_attr {                          /* UPDATE: one optimizer step */
+    graft_variable *var[GRAFT__UPDATE_MAX_VARS];       /* the weight, then its slots */
+    int n_vars;
+    int kind;                                          /* enum graft__update_kind */
+    double mu, b1, b2, eps, wd;                        /* momentum, betas, eps, decay */
+  } update;
 } graft__attr;
 
 typedef struct graft__node {
@@ -178,6 +208,17 @@ graft_status graft__shape_unify(graft__shape_ctx *c, int rank, const int64_t *sy
 /* The shape of node n as a graft__shape (trace-time dims). */
 void graft__node_shape(const graft__node *n, graft__shape *out);
 
+/* The variables a side-effect node writes (ASSIGN: its one; UPDATE: the
+ * weight, then its slots) in *vars; returns their count. */
+static inline int graft__node_writes(const graft__node *n, graft_variable *const **vars) {
+  if (n->op == GRAFT__OP_UPDATE) {
+    *vars = n->attr.update.var;
+    return n->attr.update.n_vars;
+  }
+  *vars = &n->attr.var.var;
+  return 1;
+}
+
 /* ---- variables ------------------------------------------------------- */
 struct graft_variable {
   char *name;
@@ -228,6 +269,12 @@ graft__value_kind graft__trace_value(const graft_trace *t, const graft_value *v,
  * that and frees what t owns. */
 void graft__trace_begin(graft_trace *t, graft__graph *g);
 void graft__trace_end(graft_trace *t);
+/* Emit an optimizer step (UPDATE) of u's variables with gradient g and
+ * hyperparameter vector hp (see graft__update_attr); later reads of the
+ * variables in this trace see their new values.  Returns the node's value
+ * or poison (sticky error). */
+graft_value *graft__update(graft_trace *t, const struct graft__update_attr *u, graft_value *g,
+                           graft_value *hp);
 /* Record a failure on t (first wins). */
 void graft__trace_failf(graft_trace *t, graft_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -100,7 +100,8 @@ enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
   /* gradient plumbing */                                                           \
   X(CUSTOM, "custom_gradient", -1, custom, GRAFT__OPF_INT, 1, UNITS)                        \
   /* side effects */                                                              \
-  X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS)
+  X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS) \
+  X(UPDATE, "update", -1, update, GRAFT__OPF_SIDE_EFFECT, 6, UNITS)
 
 typedef enum graft__op {
 #define GRAFT__OP_ENUM_(e, name, arity, rule, flags, cost, tile) GRAFT__OP_##e,

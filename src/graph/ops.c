@@ -603,3 +603,37 @@ GRAFT_API graft_value *graft_assign_add(graft_trace *t, graft_variable *v, graft
 GRAFT_API graft_value *graft_assign_sub(graft_trace *t, graft_variable *v, graft_value *d) {
   return assign_op(t, v, d, GRAFT__OP_SUB);
 }
+
+/* ---- optimizer updates --------------------------------------------------- */
+
+graft_value *graft__update(graft_trace *t, const struct graft__update_attr *u, graft_value *g,
+                           graft_value *hp) {
+  if (!t) return NULL;
+  if (t->status) return GRAFT__POISON;
+  if (u->n_vars < 1 || u->n_vars > GRAFT__UPDATE_MAX_VARS)
+    return fail_op(t, GRAFT__OP_UPDATE, GRAFT_EINTERNAL, "bad variable count");
+  graft_value *in[2 + GRAFT__UPDATE_MAX_VARS];
+  for (int j = 0; j < u->n_vars; j++) {
+    graft_value *early = var_check(t, GRAFT__OP_UPDATE, u->var[j]);
+    if (early) return early;
+    in[j ? 2 + j : 0] = graft_read(t, u->var[j]);
+  }
+  in[1] = g;
+  in[2] = hp;
+  spec sp = {.op = GRAFT__OP_UPDATE};
+  sp.attr.update = *u;
+  graft_value *r = emit(t, &sp, 2 + u->n_vars, in);
+  if (r == GRAFT__POISON) return r;
+  /* Each variable's value after the step, for reads later in this trace: a
+   * slice of the packed result (pruned unless something reads it; while
+   * something does, the step is staged rather than written in place). */
+  const graft__node *w = node(t, in[0]);
+  int64_t numel = graft__numel(w->rank, w->shape);
+  for (int j = 0; j < u->n_vars && !t->status; j++) {
+    const int64_t begin[1] = {j * numel}, size[1] = {numel};
+    graft_value *now = graft_reshape(t, graft_slice(t, r, begin, size), w->rank, w->shape);
+    if (now != GRAFT__POISON && set_current(t, u->var[j], graft__value_id(now)))
+      return fail_op(t, GRAFT__OP_UPDATE, GRAFT_ENOMEM, "out of memory");
+  }
+  return t->status ? GRAFT__POISON : r;
+}

@@ -460,6 +460,41 @@ graft_status graft__shape_assign(graft__shape_ctx *c, const graft__node *n,
   return GRAFT_OK;
 }
 
+/* UPDATE: [w, g, hp, slots...] -> the new weight and slots, packed
+ * (n_vars x w's elements, rank 1).  w, g and the slots share dtype and
+ * shape (the variable's: concrete); hp holds GRAFT__UPDATE_HP scalars. */
+graft_status graft__shape_update(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  const struct graft__update_attr *u = &n->attr.update;
+  shape_buf x, y;
+  if (u->n_vars < 1 || u->n_vars > GRAFT__UPDATE_MAX_VARS || n->n_in != 2 + u->n_vars)
+    return fail(c, GRAFT_EINTERNAL, "%d inputs for %d variables", n->n_in, u->n_vars);
+  if (!is_float(in[0].dtype))
+    return fail(c, GRAFT_EDTYPE, "variable '%s' is %s (an optimizer updates f32 and f64)",
+                u->var[0]->name, graft_dtype_name(in[0].dtype));
+  for (int k = 1; k < n->n_in; k++) {
+    if (k == 2) continue;
+    if (in[k].dtype != in[0].dtype || in[k].rank != in[0].rank ||
+        memcmp(in[k].dims, in[0].dims, (size_t)in[0].rank * sizeof(int64_t)))
+      return fail(c, k == 1 ? GRAFT_ESHAPE : GRAFT_EINTERNAL,
+                  "%s %s%s for variable '%s' %s%s (expected the variable's dtype and shape)",
+                  k == 1 ? "gradient" : "slot", graft_dtype_name(in[k].dtype), shp(x, &in[k]),
+                  u->var[0]->name, graft_dtype_name(in[0].dtype), shp(y, &in[0]));
+  }
+  if (in[2].dtype != in[0].dtype || in[2].rank != 1 || in[2].dims[0] != GRAFT__UPDATE_HP)
+    return fail(c, GRAFT_EINTERNAL, "hyperparameters %s%s (expected %s[%d])",
+                graft_dtype_name(in[2].dtype), shp(x, &in[2]), graft_dtype_name(in[0].dtype),
+                GRAFT__UPDATE_HP);
+  int64_t numel = graft__numel(in[0].rank, in[0].dims), packed;
+  if (numel < 0 || graft__size_mul(numel, u->n_vars, &packed))
+    return fail(c, GRAFT_ESHAPE, "variable '%s' %s has no concrete size", u->var[0]->name,
+                shp(x, &in[0]));
+  out->dtype = in[0].dtype;
+  out->rank = 1;
+  out->dims[0] = packed;
+  return GRAFT_OK;
+}
+
 graft_status graft__shape_infer(graft__shape_ctx *c, const graft__node *n,
                                 const graft__shape *in, graft__shape *out) {
   c->msg[0] = '\0';

@@ -51,6 +51,9 @@ typedef struct graft__kargs {
   char *msg;                   /* GRAFT__MSG_LEN bytes */
   graft_status (*fn)(const struct graft__kargs *k, int64_t begin, int64_t end);
   int64_t units;
+  /* UPDATE: where each variable's new value goes (the variable, or the
+   * node's packed value), set by every call; NULL for other ops. */
+  void *const *dst;
 } graft__kargs;
 
 typedef graft_status (*graft__kernel_fn)(const graft__kargs *k, int64_t begin, int64_t end);

@@ -530,10 +530,25 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
    * the others write to the arena and are copied at commit. */
   for (uint32_t k = 0; k < p->n_assigns; k++) {
     uint32_t id = p->assigns[k];
-    graft_variable *v = graft__graph_node(g, id)->attr.var.var;
-    const uint32_t *vk = graft__ptrmap_get(&g->var_set, v);
-    int dir = p->assign_direct[k] && !may_fail && vk && !var_hit[*vk];
-    graft__plan_view(p, id)->data = dir ? graft_tensor_data(v->value) : p->arena + p->offset[id];
+    const graft__node *n = graft__graph_node(g, id);
+    graft_variable *const *vs;
+    int nv = graft__node_writes(n, &vs), dir = p->assign_direct[k] && !may_fail;
+    for (int j = 0; j < nv && dir; j++) {
+      const uint32_t *vk = graft__ptrmap_get(&g->var_set, vs[j]);
+      dir = vk && !var_hit[*vk];
+    }
+    graft__tview *view = graft__plan_view(p, id);
+    if (n->op != GRAFT__OP_UPDATE) {
+      view->data = dir ? graft_tensor_data(vs[0]->value) : p->arena + p->offset[id];
+      continue;
+    }
+    /* An optimizer step writes each variable, or its slice of the packed
+     * value in the arena (staged). */
+    view->data = p->arena + p->offset[id];
+    void **d = (void **)p->kargs[p->vslot[id]].dst;
+    size_t slice = view_bytes(view) / (size_t)nv;
+    for (int j = 0; j < nv; j++)
+      d[j] = dir ? graft_tensor_data(vs[j]->value) : (unsigned char *)view->data + (size_t)j * slice;
   }
   /* Outputs: straight into the destination unless it shares bytes with an
    * input or a variable, and only the first of outputs that are one node. */
@@ -562,8 +577,14 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
   for (uint32_t k = 0; k < p->n_assigns; k++) {
     const graft__node *n = graft__graph_node(g, p->assigns[k]);
     const graft__tview *v = graft__plan_view(p, p->assigns[k]);
-    void *to = graft_tensor_data(n->attr.var.var->value);
-    if (view_bytes(v) && v->data != to) memcpy(to, v->data, view_bytes(v)); /* else direct */
+    graft_variable *const *vs;
+    int nv = graft__node_writes(n, &vs);
+    void *const *from = n->op == GRAFT__OP_UPDATE ? p->kargs[p->vslot[p->assigns[k]]].dst : &v->data;
+    size_t bytes = view_bytes(v) / (size_t)nv;
+    for (int j = 0; j < nv; j++) {
+      void *to = graft_tensor_data(vs[j]->value);
+      if (bytes && from[j] != to) memcpy(to, from[j], bytes); /* else direct */
+    }
   }
 }
 

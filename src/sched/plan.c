@@ -22,6 +22,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->var_reads);
   graft__free(p->assigns);
   graft__free(p->assign_direct);
+  graft__free(p->upd_dst);
   graft__free(p->war);
   graft__free(p->binding);
   graft__free(p->offset);
@@ -158,7 +159,9 @@ static graft_status layout(graft__plan *p) {
   for (uint32_t id = 0; id < g->n_nodes; id++) {
     const graft__node *n = graft__graph_node(g, id);
     if (p->live[id] && n->op == GRAFT__OP_VAR_READ) p->var_reads[p->n_var_reads++] = id;
-    if (p->live[id] && n->op == GRAFT__OP_ASSIGN) p->assigns[p->n_assigns++] = id;
+    /* assigns and optimizer steps: the nodes that write variables */
+    if (p->live[id] && (graft__ops[n->op].flags & GRAFT__OPF_SIDE_EFFECT))
+      p->assigns[p->n_assigns++] = id;
   }
   return GRAFT_OK;
 }
@@ -211,10 +214,13 @@ static uint32_t var_first(const var_at *l, uint32_t len, uintptr_t var) {
  * in all; past them the remaining assigns stay staged. */
 #define DIRECT_ASSIGN_WORK 50000000
 
-/* Assigns that may write straight into their variable (see sched.h), and
+/* Assigns that may write straight into their variables (see sched.h), and
  * the ordering edges that make it safe.  Needs the successor lists of a
  * first link.  Each candidate walks its descendants (an update at the end
- * of a training step has none), within DIRECT_ASSIGN_WORK in all. */
+ * of a training step has none), within DIRECT_ASSIGN_WORK in all.  An
+ * optimizer step (UPDATE) writes several variables: each must pass, and
+ * nothing may read its packed value (a read of a variable after its step,
+ * in the same trace), which a direct step never writes. */
 static graft_status find_direct_assigns(graft__plan *p) {
   const graft__graph *g = p->g;
   uint32_t n = p->n_order, na = p->n_assigns;
@@ -227,8 +233,13 @@ static graft_status find_direct_assigns(graft__plan *p) {
   /* Edges accepted so far, from each reader: later candidates must not
    * close a cycle through them (two assigns swapping two variables). */
   uint32_t *whead = graft__malloc((n ? n : 1) * sizeof *whead), *wlink = NULL;
-  var_at *readers = NULL, *assigned = graft__malloc((size_t)na * sizeof *assigned), *outs = NULL;
-  uint32_t n_readers = 0, n_outs = 0;
+  int64_t n_writes = 0;
+  for (uint32_t k = 0; k < na; k++) {
+    graft_variable *const *vs;
+    n_writes += graft__node_writes(graft__graph_node(g, p->assigns[k]), &vs);
+  }
+  var_at *readers = NULL, *assigned = graft__malloc((size_t)n_writes * sizeof *assigned), *outs = NULL;
+  uint32_t n_readers = 0, n_outs = 0, n_assigned = 0;
   graft_status st = GRAFT_ENOMEM;
   if (!pos || !mark || !stack || !whead || !assigned) goto out;
   for (uint32_t id = 0; id < g->n_nodes; id++) pos[id] = UINT32_MAX;
@@ -248,23 +259,33 @@ static graft_status find_direct_assigns(graft__plan *p) {
       if (r->op == GRAFT__OP_VAR_READ) readers[n_readers++] = (var_at){(uintptr_t)r->attr.var.var, i};
     }
   }
-  for (uint32_t k = 0; k < na; k++)
-    assigned[k] = (var_at){(uintptr_t)graft__graph_node(g, p->assigns[k])->attr.var.var, k};
+  for (uint32_t k = 0; k < na; k++) {
+    graft_variable *const *vs;
+    int nv = graft__node_writes(graft__graph_node(g, p->assigns[k]), &vs);
+    for (int j = 0; j < nv; j++) assigned[n_assigned++] = (var_at){(uintptr_t)vs[j], k};
+  }
   for (int j = 0; j < g->n_outputs; j++) {
     const graft__node *o = graft__graph_node(g, g->outputs[j]);
     if (o->op == GRAFT__OP_VAR_READ) outs[n_outs++] = (var_at){(uintptr_t)o->attr.var.var, 0};
   }
   qsort(readers, n_readers, sizeof *readers, by_var_at);
-  qsort(assigned, na, sizeof *assigned, by_var_at);
+  qsort(assigned, n_assigned, sizeof *assigned, by_var_at);
   qsort(outs, n_outs, sizeof *outs, by_var_at);
   int64_t cap = 0, lcap = 0, work = 0;
   for (uint32_t k = 0; k < na && work <= DIRECT_ASSIGN_WORK; k++) {
     uint32_t a = p->assigns[k];
-    uintptr_t v = (uintptr_t)graft__graph_node(g, a)->attr.var.var;
-    /* its variable's only assign, and no output reads the variable */
-    uint32_t f = var_first(assigned, na, v), o = var_first(outs, n_outs, v);
-    int ok = pos[a] != UINT32_MAX && !(f + 1 < na && assigned[f + 1].var == v) &&
-             !(o < n_outs && outs[o].var == v);
+    const graft__node *an = graft__graph_node(g, a);
+    graft_variable *const *vs;
+    int nv = graft__node_writes(an, &vs);
+    /* each variable's only writer, and no output reads the variable; a
+     * step's packed value read by nothing */
+    int ok = pos[a] != UINT32_MAX &&
+             (an->op != GRAFT__OP_UPDATE || p->succ_off[pos[a]] == p->succ_off[pos[a] + 1]);
+    for (int j = 0; j < nv && ok; j++) {
+      uintptr_t v = (uintptr_t)vs[j];
+      uint32_t f = var_first(assigned, n_assigned, v), o = var_first(outs, n_outs, v);
+      ok = !(f + 1 < n_assigned && assigned[f + 1].var == v) && !(o < n_outs && outs[o].var == v);
+    }
     if (!ok) continue;
     /* Descendants of the assign (mark == k + 1) must not read the old value. */
     uint32_t top = 0;
@@ -287,15 +308,20 @@ static graft_status find_direct_assigns(graft__plan *p) {
       }
     }
     int64_t first = p->n_war;
-    for (uint32_t r = var_first(readers, n_readers, v); r < n_readers && readers[r].var == v && ok; r++) {
-      uint32_t i = readers[r].at;
-      if (i == pos[a]) continue;
-      ok = mark[i] != k + 1;
-      if (ok) {
-        if (graft__grow((void **)&p->war, &cap, 2 * ((int64_t)p->n_war + 1), sizeof *p->war)) goto out;
-        p->war[2 * p->n_war] = p->order[i];
-        p->war[2 * p->n_war + 1] = a;
-        p->n_war++;
+    for (int j = 0; j < nv && ok; j++) {
+      uintptr_t v = (uintptr_t)vs[j];
+      for (uint32_t r = var_first(readers, n_readers, v); r < n_readers && readers[r].var == v && ok;
+           r++) {
+        uint32_t i = readers[r].at;
+        if (i == pos[a]) continue;
+        ok = mark[i] != k + 1;
+        if (ok) {
+          if (graft__grow((void **)&p->war, &cap, 2 * ((int64_t)p->n_war + 1), sizeof *p->war))
+            goto out;
+          p->war[2 * p->n_war] = p->order[i];
+          p->war[2 * p->n_war + 1] = a;
+          p->n_war++;
+        }
       }
     }
     if (!ok) {
@@ -384,13 +410,18 @@ static graft_status reorder(graft__plan *p) {
  * memory plan exists (place). */
 static graft_status args(graft__plan *p) {
   const graft__graph *g = p->g;
-  int64_t n_ins = 0;
-  for (uint32_t i = 0; i < p->n_order; i++) n_ins += graft__graph_node(g, p->order[i])->n_in;
+  int64_t n_ins = 0, n_dst = 0;
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    const graft__node *nd = graft__graph_node(g, p->order[i]);
+    n_ins += nd->n_in;
+    if (nd->op == GRAFT__OP_UPDATE) n_dst += nd->attr.update.n_vars;
+  }
   size_t n = p->n_order ? p->n_order : 1;
   p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
   p->kargs = graft__calloc(n, sizeof *p->kargs);
-  if (!p->in_ptrs || !p->kargs) return GRAFT_ENOMEM;
-  int64_t k = 0;
+  p->upd_dst = graft__calloc((size_t)(n_dst ? n_dst : 1), sizeof *p->upd_dst);
+  if (!p->in_ptrs || !p->kargs || !p->upd_dst) return GRAFT_ENOMEM;
+  int64_t k = 0, kd = 0;
   for (uint32_t i = 0; i < p->n_order; i++) {
     uint32_t id = p->order[i];
     const graft__node *nd = graft__graph_node(g, id);
@@ -401,6 +432,10 @@ static graft_status args(graft__plan *p) {
     for (int j = 0; j < nd->n_in; j++) p->in_ptrs[k++] = graft__plan_view(p, nd->in[j]);
     ka->out = graft__plan_view(p, id);
     ka->fn = graft__kernels[nd->op].run;
+    if (nd->op == GRAFT__OP_UPDATE) {
+      ka->dst = &p->upd_dst[kd];
+      kd += nd->attr.update.n_vars;
+    }
   }
   return GRAFT_OK;
 }

@@ -58,6 +58,7 @@ typedef struct graft__plan {
    * it: link adds those ordering edges (war, pairs reader id, assign id,
    * sorted by assign id). */
   uint8_t *assign_direct;
+  void **upd_dst;           /* the kargs dst arrays of the UPDATE nodes */
   uint32_t *war;
   uint32_t n_war;
   int extra_edges;          /* link added edges that carry no value (lanes, war) */
