@@ -160,7 +160,8 @@ static graft_status entry_add(graft_module *m, int is_kid, const char *attr, siz
       !(copy = graft__strdup(attr)))
     return GRAFT_ENOMEM; /* a larger array or index changes nothing */
   uint32_t code = (uint32_t)(*n << 2) | (is_kid ? 2u : 0u);
-  (*arr)[*n] = (graft__entry){.attr = copy, .p = p, .kind = (uint8_t)kind};
+  (*arr)[*n] = (graft__entry){.attr = copy, .p = p, .kind = (uint8_t)kind,
+                              .attr_len = (uint16_t)strlen(copy)};
   ++*n;
   index_put(&m->index, copy, strlen(copy), code);
   if (slot && !index_find(m, copy, base, 1)) index_put(&m->index, copy, base, code | 1);

@@ -33,6 +33,7 @@ typedef struct graft__entry {
   char *attr;              /* "w", "encoder", "layers[3]" */
   void *p;                 /* graft_variable * or graft_module * */
   uint8_t kind;            /* enum graft__entry_kind */
+  uint16_t attr_len;       /* strlen(attr): flatten copies it into every path */
   /* Where graft_module_create looks for the next free sibling suffix when
    * this entry's attribute is the name asked for (names are never
    * removed, so the smallest free suffix only grows). */

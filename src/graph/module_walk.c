@@ -7,7 +7,16 @@
  * heap only for a tree larger than those hold: a walk of a usual model
  * allocates nothing, and walks only read the tree, so several may run at
  * once on one tree.  The stack is explicit, so depth is bounded by memory,
- * not by the C stack. */
+ * not by the C stack.
+ *
+ * Only what can be met twice goes into the seen set.  There are no cycles,
+ * so a module held under one attribute is entered at most once by a walk
+ * that enters its holder at most once (by induction from the root): only
+ * modules held in several places need the set.  A variable is owned by one
+ * module, so only a tracked variable (and then every variable, since the
+ * tracked one may be met before or after its owner's) can be met twice:
+ * the variable walks run without the set for variables and start over with
+ * it at the first tracked entry they meet. */
 #include <string.h>
 
 #include "graph/module_int.h"
@@ -17,9 +26,8 @@
 /* Make *buf (cap elements of elem bytes, the first used of them in use)
  * hold need: doubled, copied to the heap; local is the stack buffer it
  * started in (never freed). */
-static graft_status buf_grow(void **buf, const void *local, int64_t *cap, int64_t need,
+static graft_status buf_move(void **buf, const void *local, int64_t *cap, int64_t need,
                              int64_t used, size_t elem) {
-  if (need <= *cap) return GRAFT_OK;
   int64_t ncap = 2 * *cap;
   while (ncap < need) ncap *= 2;
   void *p = graft__malloc((size_t)ncap * elem);
@@ -29,6 +37,12 @@ static graft_status buf_grow(void **buf, const void *local, int64_t *cap, int64_
   *buf = p;
   *cap = ncap;
   return GRAFT_OK;
+}
+
+/* The check inline, the move out of line: walks call this per item. */
+static inline graft_status buf_grow(void **buf, const void *local, int64_t *cap, int64_t need,
+                                    int64_t used, size_t elem) {
+  return need <= *cap ? GRAFT_OK : buf_move(buf, local, cap, need, used, elem);
 }
 
 static void buf_free(void *buf, const void *local) {
@@ -41,14 +55,13 @@ static void buf_free(void *buf, const void *local) {
 #define SEEN_LOCAL 1024
 
 typedef struct seen_set {
-  const void **slot;
+  const void **slot;  /* NULL until the first add: most walks never add */
   int64_t cap, n;
   const void *local[SEEN_LOCAL];
 } seen_set;
 
 static void seen_init(seen_set *s) {
-  memset(s->local, 0, sizeof s->local);
-  s->slot = s->local;
+  s->slot = NULL;
   s->cap = SEEN_LOCAL;
   s->n = 0;
 }
@@ -76,6 +89,10 @@ static graft_status seen_rehash(seen_set *s) {
 
 /* 0: p is new (now in s); 1: seen before; -1: out of memory. */
 static int seen_add(seen_set *s, const void *p) {
+  if (!s->slot) {
+    memset(s->local, 0, sizeof s->local);
+    s->slot = s->local;
+  }
   int64_t i = seen_slot(p, s->cap);
   for (; s->slot[i]; i = (i + 1) & (s->cap - 1))
     if (s->slot[i] == p) return 1;
@@ -88,7 +105,19 @@ static int seen_add(seen_set *s, const void *p) {
   return 0;
 }
 
-static void seen_free(seen_set *s) { buf_free(s->slot, s->local); }
+static void seen_free(seen_set *s) {
+  if (s->slot) buf_free(s->slot, s->local);
+}
+
+/* Held in more than one place (the caller's hold on a root aside). */
+static int is_shared(const graft_module *m) { return m->refs - m->caller_holds > 1; }
+
+/* 1 when the walk enters m (0: met before); -1 out of memory. */
+static int first_visit(seen_set *s, const graft_module *m) {
+  if (!is_shared(m)) return 1;
+  int r = seen_add(s, m);
+  return r < 0 ? -1 : !r;
+}
 
 /* The depth-first stack: a module and the next of its submodules to go
  * into; path_len is where its path prefix ends (flatten). */
@@ -149,48 +178,59 @@ static graft_status walk_oom(const char *api, const graft_module *m, int64_t *n)
   return graft__fail(GRAFT_ENOMEM, "%s: out of memory walking module '%s'", api, m->name);
 }
 
+/* What listing a module's variables came to. */
+enum { LIST_OK = 0, LIST_NOMEM = -1, LIST_TRACKED = 1 };
+
 /* The variables of x not seen yet whose flags include need, into out
- * (up to cap) and the count *k. */
-static graft_status list_vars(const graft_module *x, unsigned need, seen_set *seen, int64_t cap,
-                              graft_variable **out, int64_t *k) {
+ * (up to cap) and the count *k.  Without dedup (no tracked variable met
+ * yet), LIST_TRACKED at the first tracked one. */
+static int list_vars(const graft_module *x, unsigned need, int dedup, seen_set *seen, int64_t cap,
+                     graft_variable **out, int64_t *k) {
   for (int64_t i = 0; i < x->n_vars; i++) {
     graft_variable *v = x->vars[i].p;
-    int r = seen_add(seen, v);
-    if (r < 0) return GRAFT_ENOMEM;
+    if (!dedup && x->vars[i].kind == GRAFT__ENTRY_TRACKED) return LIST_TRACKED;
+    int r = dedup ? seen_add(seen, v) : 0;
+    if (r < 0) return LIST_NOMEM;
     if (r == 0 && (v->flags & need) == need) {
       if (*k < cap) out[*k] = v;
       ++*k;
     }
   }
-  return GRAFT_OK;
+  return LIST_OK;
 }
 
 /* Pre-order depth first: a module's variables on its first visit, then
- * its submodules in attribute order; a module seen before is skipped with
+ * its submodules in attribute order; a module met again is skipped with
  * all below it (all of that was listed then). */
-static graft_status walk_vars(const char *api, const graft_module *m, unsigned need, int64_t cap,
-                              graft_variable **out, int64_t *n) {
-  graft_status st = walk_args(api, m, cap, out, n);
-  if (st) return st;
+static int walk_vars_once(const graft_module *m, unsigned need, int dedup, int64_t cap,
+                          graft_variable **out, int64_t *n) {
   seen_set seen;
   dfs d;
   seen_init(&seen);
   dfs_init(&d);
   int64_t k = 0;
-  (void)seen_add(&seen, m); /* the first of an empty set: cannot fail */
-  st = list_vars(m, need, &seen, cap, out, &k);
-  if (!st) st = dfs_push(&d, m, 0);
-  for (const graft__entry *e; !st && (e = dfs_next(&d));) {
-    int r = seen_add(&seen, e->p);
-    if (r < 0) st = GRAFT_ENOMEM;
-    else if (r == 0 && !(st = list_vars(e->p, need, &seen, cap, out, &k)))
-      st = dfs_push(&d, e->p, 0);
+  int r = list_vars(m, need, dedup, &seen, cap, out, &k);
+  if (r == LIST_OK && dfs_push(&d, m, 0)) r = LIST_NOMEM;
+  for (const graft__entry *e; r == LIST_OK && (e = dfs_next(&d));) {
+    int first = first_visit(&seen, e->p);
+    if (first < 0) r = LIST_NOMEM;
+    else if (first && (r = list_vars(e->p, need, dedup, &seen, cap, out, &k)) == LIST_OK &&
+             dfs_push(&d, e->p, 0))
+      r = LIST_NOMEM;
   }
   seen_free(&seen);
   buf_free(d.f, d.local);
-  if (st) return walk_oom(api, m, n);
   *n = k;
-  return GRAFT_OK;
+  return r;
+}
+
+static graft_status walk_vars(const char *api, const graft_module *m, unsigned need, int64_t cap,
+                              graft_variable **out, int64_t *n) {
+  graft_status st = walk_args(api, m, cap, out, n);
+  if (st) return st;
+  int r = walk_vars_once(m, need, 0, cap, out, n);
+  if (r == LIST_TRACKED) r = walk_vars_once(m, need, 1, cap, out, n);
+  return r == LIST_OK ? GRAFT_OK : walk_oom(api, m, n);
 }
 
 GRAFT_API graft_status graft_module_variables(const graft_module *m, int64_t cap,
@@ -216,15 +256,14 @@ GRAFT_API graft_status graft_module_submodules(const graft_module *m, int64_t ca
   const graft_module **q = local;
   int64_t qcap = QUEUE_LOCAL, qn = 1, k = 0;
   q[0] = m;
-  (void)seen_add(&seen, m);
   for (int64_t head = 0; head < qn && !st; head++) {
     const graft_module *x = q[head];
     for (int64_t i = 0; i < x->n_kids && !st; i++) {
       graft_module *kid = x->kids[i].p;
-      int r = seen_add(&seen, kid);
-      if (r < 0) {
+      int first = first_visit(&seen, kid);
+      if (first < 0) {
         st = GRAFT_ENOMEM;
-      } else if (r == 0) {
+      } else if (first) {
         if (k < cap) out[k] = kid;
         k++;
         st = buf_grow((void **)&q, local, &qcap, qn + 1, qn, sizeof *q);
@@ -245,12 +284,11 @@ graft_status graft__module_reaches(const graft_module *from, const graft_module 
   dfs d;
   seen_init(&seen);
   dfs_init(&d);
-  (void)seen_add(&seen, from);
   graft_status st = dfs_push(&d, from, 0);
   for (const graft__entry *e; !st && !*found && (e = dfs_next(&d));) {
-    int r = seen_add(&seen, e->p);
-    if (r < 0) st = GRAFT_ENOMEM;
-    else if (r == 0 && !(*found = e->p == to)) st = dfs_push(&d, e->p, 0);
+    int first = first_visit(&seen, e->p);
+    if (first < 0) st = GRAFT_ENOMEM;
+    else if (first && !(*found = e->p == to)) st = dfs_push(&d, e->p, 0);
   }
   seen_free(&seen);
   buf_free(d.f, d.local);
@@ -267,13 +305,13 @@ typedef struct path_buf {
   char local[PATH_LOCAL];
 } path_buf;
 
-/* Write attr (and then sep, if not '\0') at at, NUL-terminated; *end: the
- * length after it. */
-static graft_status path_put(path_buf *p, size_t at, const char *attr, char sep, size_t *end) {
-  size_t len = strlen(attr);
+/* Write e's attribute (and then sep, if not '\0') at at, NUL-terminated;
+ * *end: the length after it. */
+static graft_status path_put(path_buf *p, size_t at, const graft__entry *e, char sep, size_t *end) {
+  size_t len = e->attr_len;
   if (buf_grow((void **)&p->s, p->local, &p->cap, (int64_t)(at + len + 2), (int64_t)at, 1))
     return GRAFT_ENOMEM;
-  memcpy(p->s + at, attr, len);
+  memcpy(p->s + at, e->attr, len);
   at += len;
   if (sep) p->s[at++] = sep;
   p->s[at] = '\0';
@@ -291,7 +329,7 @@ typedef struct flat_ctx {
 static graft_status visit_vars(flat_ctx *c, const graft_module *x, size_t prefix) {
   for (int64_t i = 0; i < x->n_vars; i++) {
     size_t end;
-    if (path_put(&c->path, prefix, x->vars[i].attr, '\0', &end)) return GRAFT_ENOMEM;
+    if (path_put(&c->path, prefix, &x->vars[i], '\0', &end)) return GRAFT_ENOMEM;
     graft_status st = c->visit(c->path.s, x->vars[i].p, c->user);
     if (st) {
       c->from_visit = 1;
@@ -316,7 +354,7 @@ GRAFT_API graft_status graft_module_flatten(const graft_module *m, graft_module_
   if (!st) st = dfs_push(&d, m, 0);
   for (const graft__entry *e; !st && (e = dfs_next(&d));) {
     size_t prefix;
-    st = path_put(&c.path, d.f[d.n - 1].path_len, e->attr, '.', &prefix);
+    st = path_put(&c.path, d.f[d.n - 1].path_len, e, '.', &prefix);
     if (!st) st = visit_vars(&c, e->p, prefix);
     if (!st) st = dfs_push(&d, e->p, prefix);
   }

@@ -672,6 +672,140 @@ static void test_graft_module_variables__large_and_deep_trees(void **state) {
   graft_module_destroy(top);
 }
 
+/* ---- out of memory ------------------------------------------------------------ */
+
+/* Fails exactly the fail_at-th allocation (1-based; 0: none). */
+typedef struct countdown {
+  long count, fail_at;
+  int hit;
+} countdown;
+
+static void *cd_alloc(void *ctx, size_t size, size_t align) {
+  countdown *c = ctx;
+  if (++c->count == c->fail_at) {
+    c->hit = 1;
+    return NULL;
+  }
+  return aligned_alloc(align, (size + align - 1) / align * align);
+}
+
+static void cd_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+
+/* Run call; when it fails with GRAFT_ENOMEM (only where the countdown
+ * failed an allocation), it must name api and change nothing, so running
+ * it again gives what one run without the failure gives. */
+#define RETRY_ON_ENOMEM(cd, api, call)                                                        \
+  do {                                                                                       \
+    int hit_before_ = (cd)->hit;                                                             \
+    graft_status st_ = (call);                                                               \
+    if (st_ == GRAFT_ENOMEM) {                                                               \
+      assert_true((cd)->hit && !hit_before_);                                                \
+      tu_assert_msg_has(graft_last_errmsg(), api);                                           \
+      st_ = (call);                                                                          \
+    }                                                                                        \
+    tu_assert_status(st_, GRAFT_OK);                                                         \
+  } while (0)
+
+/* A tree that takes the growth paths: layers (arrays and indexes grow;
+ * past 256 the breadth-first queue moves to the heap), each attached a
+ * second time as a list slot (shared: the seen set), a variable tracked by
+ * the root (the variable walks then dedup every variable: past 512
+ * modules and variables the set moves to the heap), and a chain depth
+ * deep (past 32 the stack, past 256 bytes of path the path buffer move to
+ * the heap). */
+static graft_module *oom_build(countdown *cd, int layers, int depth) {
+  graft_module *root = NULL, *layer = NULL, *chain = NULL;
+  graft_variable *w0 = NULL, *v = NULL;
+  const int64_t one = 1;
+  RETRY_ON_ENOMEM(cd, "graft_module_create", graft_module_create(NULL, "model", &root));
+  for (int i = 0; i < layers; i++) {
+    RETRY_ON_ENOMEM(cd, "graft_module_create", graft_module_create(root, "layer", &layer));
+    RETRY_ON_ENOMEM(cd, "graft_variable_create",
+                    graft_variable_create(layer, "w", GRAFT_F32, 1, &one, NULL, 0, i ? &v : &w0));
+    char attr[32];
+    snprintf(attr, sizeof attr, "all[%d]", i);
+    RETRY_ON_ENOMEM(cd, "graft_module_attach", graft_module_attach(root, attr, layer));
+  }
+  RETRY_ON_ENOMEM(cd, "test", graft__module_hold_var(root, "test", "tracked", w0, GRAFT__ENTRY_TRACKED));
+  graft_module *parent = root;
+  for (int d = 0; d < depth; d++, parent = chain)
+    RETRY_ON_ENOMEM(cd, "graft_module_create", graft_module_create(parent, "chain_link", &chain));
+  RETRY_ON_ENOMEM(cd, "graft_variable_create",
+                  graft_variable_create(chain, "deep", GRAFT_F32, 1, &one, NULL, 0, &v));
+  return root;
+}
+
+/* The walks of root: the counts of the variable and submodule walks, and
+ * the printed summary (every path) in *text (free). */
+static void oom_walks(countdown *cd, const graft_module *root, char **text, int64_t counts[2]) {
+  RETRY_ON_ENOMEM(cd, "graft_module_variables", graft_module_variables(root, 0, NULL, &counts[0]));
+  RETRY_ON_ENOMEM(cd, "graft_module_submodules", graft_module_submodules(root, 0, NULL, &counts[1]));
+  size_t len = 0;
+  FILE *mem = open_memstream(text, &len);
+  assert_non_null(mem);
+  RETRY_ON_ENOMEM(cd, "graft_module_print", graft_module_print(root, mem));
+  fclose(mem);
+}
+
+/* Fail the n-th allocation of run(cd) for n = 1, 2, ... until a run makes
+ * fewer: each must give the same counts and summary as a run with no
+ * failure. */
+static void oom_each(void (*run)(countdown *cd, char **text, int64_t counts[2]), countdown *cd) {
+  char *want = NULL;
+  int64_t want_counts[2];
+  *cd = (countdown){0, 0, 0};
+  run(cd, &want, want_counts);
+  long n = 1;
+  for (;; n++) {
+    *cd = (countdown){0, n, 0};
+    char *got = NULL;
+    int64_t counts[2];
+    run(cd, &got, counts);
+    assert_memory_equal(counts, want_counts, sizeof counts);
+    assert_string_equal(got, want);
+    free(got);
+    if (!cd->hit) break;
+  }
+  free(want);
+  assert_true(n > 2); /* the run allocates, and every allocation was failed once */
+}
+
+enum { OOM_SMALL_LAYERS = 20, OOM_SMALL_DEPTH = 40, OOM_BIG_LAYERS = 300 };
+
+static void small_tree_run(countdown *cd, char **text, int64_t counts[2]) {
+  graft_module *root = oom_build(cd, OOM_SMALL_LAYERS, OOM_SMALL_DEPTH);
+  oom_walks(cd, root, text, counts);
+  assert_int_equal(counts[0], OOM_SMALL_LAYERS + 1);
+  assert_int_equal(counts[1], OOM_SMALL_LAYERS + OOM_SMALL_DEPTH);
+  graft_module_destroy(root);
+}
+
+static graft_module *g_big;
+
+static void big_tree_walks(countdown *cd, char **text, int64_t counts[2]) {
+  oom_walks(cd, g_big, text, counts);
+  assert_int_equal(counts[0], OOM_BIG_LAYERS + 1);
+  assert_int_equal(counts[1], OOM_BIG_LAYERS + OOM_SMALL_DEPTH);
+}
+
+static void test_graft_module_create__out_of_memory_changes_nothing(void **state) {
+  (void)state;
+  countdown cd;
+  graft_allocator a = {cd_alloc, cd_free, &cd};
+  graft_set_allocator(&a);
+  /* Every allocation of building and walking a small tree... */
+  oom_each(small_tree_run, &cd);
+  /* ...and every allocation of the walks of a tree past their stack buffers. */
+  cd = (countdown){0, 0, 0};
+  g_big = oom_build(&cd, OOM_BIG_LAYERS, OOM_SMALL_DEPTH);
+  oom_each(big_tree_walks, &cd);
+  graft_module_destroy(g_big);
+  graft_set_allocator(NULL);
+}
+
 /* ---- concurrent walks ---------------------------------------------------------- */
 
 typedef struct walker {
@@ -731,6 +865,7 @@ int main(void) {
       cmocka_unit_test(test_graft_module_print__one_line_per_path_then_totals),
       cmocka_unit_test(test_graft_module_variables__large_and_deep_trees),
       cmocka_unit_test(test_graft_module_variables__concurrent_walks_of_one_tree),
+      cmocka_unit_test(test_graft_module_create__out_of_memory_changes_nothing),
   };
   return cmocka_run_group_tests_name("graph/module", tests, tu_group_setup, tu_group_teardown);
 }
