@@ -94,7 +94,7 @@ GRAFT_API graft_status graft_module_attach(graft_module *parent, const char *att
 GRAFT_API void graft_module_destroy(graft_module *m);
 
 /* "encoder" (the name given at creation, made unique), and the scope
- * "model/encoder/".  Static while m lives. */
+ * "model/encoder/".  Static while m lives; NULL for NULL. */
 GRAFT_API const char *graft_module_name(const graft_module *m);
 GRAFT_API const char *graft_module_scope(const graft_module *m);
 
@@ -106,9 +106,11 @@ GRAFT_API const char *graft_module_scope(const graft_module *m);
  * Trainable variables: the same, only those with GRAFT_VAR_TRAINABLE.
  * Submodules: each module below m once, breadth first in attribute order
  * (m itself excluded).  The handles are borrowed.  A walk allocates nothing
- * for trees of up to about 500 modules and variables.  GRAFT_EINVAL (NULL m
- * or n, cap < 0, out NULL with cap > 0) or GRAFT_ENOMEM, with *n = 0 and
- * graft_last_errmsg() set. */
+ * unless the tree is deep (over 32 levels) or large (over 256 submodules
+ * for graft_module_submodules, or over 512 modules held in several places
+ * and variables to tell apart).  GRAFT_EINVAL (NULL m or n, cap < 0, out
+ * NULL with cap > 0) or GRAFT_ENOMEM, with *n = 0 and graft_last_errmsg()
+ * set. */
 GRAFT_API graft_status graft_module_variables(const graft_module *m, int64_t cap,
                                               graft_variable **out, int64_t *n);
 GRAFT_API graft_status graft_module_trainable_variables(const graft_module *m, int64_t cap,
@@ -159,6 +161,7 @@ GRAFT_API void graft_variable_destroy(graft_variable *v);
 
 /* The full name ("model/encoder/w"). */
 GRAFT_API const char *graft_variable_name(const graft_variable *v);
+/* The flags given at creation (GRAFT_VAR_TRAINABLE); 0 for NULL. */
 GRAFT_API unsigned graft_variable_flags(const graft_variable *v);
 /* The variable's current value; the tensor stays owned by v. */
 GRAFT_API const graft_tensor *graft_variable_value(const graft_variable *v);
