@@ -42,7 +42,7 @@ BENCH_ARGS      ?=
 STRESS_COUNT    ?=
 NO_DEPS         ?=
 
-DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev
+DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev libjansson-dev
 
 SETUP_ARGS      := --prefix=$(PREFIX) $(MESON_SETUP_ARGS)
 ASAN_SETUP_ARGS := $(SETUP_ARGS) -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug

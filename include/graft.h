@@ -13,6 +13,7 @@
 #include "graft/function.h"
 #include "graft/module.h"
 #include "graft/grad.h"
+#include "graft/checkpoint.h"
 #include "graft/optim.h"
 
 #endif /* GRAFT_H */
