@@ -33,6 +33,14 @@
  *   direct       the whole step in plain C: the same single GEMM calls plus
  *                plain loops for bias, relu, softmax cross-entropy, their
  *                gradients and the update, on its own copy of the weights.
+ * Adam (issue 15): the same step with graft_optimizer_apply (Adam, lr
+ * ADAM_LR) instead of the six assign_subs (adam_step, ws at 1 thread)
+ * against the SGD step plus 1.1x adam_c, a plain-C fused Adam loop over the
+ * same 1.86 M parameters (the cost Adam cannot avoid: it reads w, g, m, v
+ * and writes w, m, v); and the update alone (adam_update: a function that
+ * only applies Adam to six gradient inputs) against stream_copy, a memcpy
+ * moving as many bytes as the update reads and writes (7 floats per
+ * parameter: a copy of 3.5 floats per parameter reads and writes that).
  * Before timing, one graft step and one direct step from the same weights
  * must agree (loss and every update).  Every timed step's loss is kept, in
  * call order: it must end lower than it started.
@@ -77,7 +85,10 @@
 #define BREAKDOWN_STEPS 9
 #define TARGET_ROOFLINE 1.10
 #define TARGET_BWD_FWD 2.20
-#define MAX_CONFIGS 48
+#define ADAM_LR 1e-3
+#define TARGET_ADAM_STEP 1.00   /* adam_step / (step + 1.1 adam_c) */
+#define TARGET_ADAM_UPDATE 1.50 /* adam_update / stream_copy */
+#define MAX_CONFIGS 52
 
 /* ---- the traced functions --------------------------------------------------- */
 
@@ -88,6 +99,99 @@ static graft_status trace_forward(graft_trace *t, int n_in, graft_value *const *
   graft_value *reads[N_VARS];
   out[0] = trace_loss(t, user, in[0], in[1], reads);
   return GRAFT_OK;
+}
+
+/* Adam: the optimizer module over the model's six variables, and the
+ * plain-C loop's own copy of the state. */
+typedef struct adam_c {
+  int64_t n;                 /* parameters */
+  float *w, *g, *m, *v;      /* the loop's state */
+  float *src, *dst;          /* stream_copy: 3.5 floats per parameter */
+  int64_t t;
+} adam_c;
+
+static graft_module *g_adam; /* the optimizer of the model's variables */
+
+static graft_status trace_adam_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                    graft_value **out, void *user) {
+  model *m = user;
+  if (n_in != 2 || n_out != 1)
+    return graft_trace_fail(t, GRAFT_EINVAL, "bench_mlp: expected 2 inputs, 1 output");
+  graft_value *reads[N_VARS], *grads[N_VARS];
+  graft_value *loss = trace_loss(t, m, in[0], in[1], reads);
+  graft_status st =
+      graft_gradients(t, 1, &loss, NULL, N_VARS, reads, GRAFT_UNCONNECTED_ZERO, grads);
+  if (st == GRAFT_OK) st = graft_optimizer_apply(t, g_adam, N_VARS, grads);
+  out[0] = loss;
+  return st;
+}
+
+/* The update alone: the six gradients are inputs. */
+static graft_status trace_adam_update(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                      graft_value **out, void *user) {
+  (void)user;
+  if (n_in != N_VARS || n_out != 1)
+    return graft_trace_fail(t, GRAFT_EINVAL, "bench_mlp: expected %d inputs, 1 output", N_VARS);
+  graft_status st = graft_optimizer_apply(t, g_adam, N_VARS, in);
+  out[0] = graft_scalar(t, GRAFT_F32, 0);
+  return st;
+}
+
+/* One Adam step over all parameters in plain C (the kernel's formula and
+ * order of operations, bias corrections in double). */
+static void adam_c_step(adam_c *a) {
+  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, lr = (float)ADAM_LR;
+  a->t++;
+  const float c1 = (float)(1.0 - pow(0.9, (double)a->t));
+  const float c2s = (float)sqrt(1.0 - pow(0.999, (double)a->t));
+  const float step = lr / c1;
+  float *restrict w = a->w, *restrict m = a->m, *restrict v = a->v;
+  const float *restrict g = a->g;
+  for (int64_t i = 0; i < a->n; i++) {
+    float mn = b1 * m[i] + (1.0f - b1) * g[i];
+    float vn = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    float denom = sqrtf(vn) / c2s + eps;
+    m[i] = mn;
+    v[i] = vn;
+    w[i] = w[i] - step * (mn / denom);
+  }
+}
+
+static adam_c g_adam_c;
+static graft_tensor *g_grads[N_VARS]; /* adam_update's inputs */
+
+static int adam_create(model *m) {
+  adam_c *a = &g_adam_c;
+  for (int i = 0; i < N_VARS; i++) a->n += var_count(i);
+  a->w = bench_alloc_f32(a->n), a->g = bench_alloc_f32(a->n);
+  a->m = bench_alloc_f32(a->n), a->v = bench_alloc_f32(a->n);
+  a->src = bench_alloc_f32(a->n * 7 / 2 + 1), a->dst = bench_alloc_f32(a->n * 7 / 2 + 1);
+  if (!a->w || !a->g || !a->m || !a->v || !a->src || !a->dst) return bench_oom();
+  bench_fill_f32(a->w, a->n, 31, 0.05f);
+  bench_fill_f32(a->g, a->n, 32, 0.01f);
+  memset(a->m, 0, (size_t)a->n * sizeof *a->m);
+  memset(a->v, 0, (size_t)a->n * sizeof *a->v);
+  bench_fill_f32(a->src, a->n * 7 / 2 + 1, 33, 1.0f);
+  graft_optimizer_desc d = {.kind = GRAFT_OPT_ADAM, .lr = ADAM_LR};
+  if (bench_report(graft_optimizer_create(NULL, "adam", &d, N_VARS, m->var, &g_adam),
+                   "graft_optimizer_create", NULL))
+    return -1;
+  for (int i = 0; i < N_VARS; i++) {
+    int l = i / 2;
+    const int64_t shape[2] = {i % 2 ? DIMS[l + 1] : DIMS[l], DIMS[l + 1]};
+    if (bench_report(graft_tensor_create(GRAFT_F32, i % 2 ? 1 : 2, shape, &g_grads[i]),
+                     "graft_tensor_create", NULL))
+      return -1;
+    bench_fill_f32(graft_tensor_data(g_grads[i]), var_count(i), 40 + (uint64_t)i, 0.01f);
+  }
+  return 0;
+}
+
+static void adam_destroy(void) {
+  adam_c *a = &g_adam_c;
+  free(a->w), free(a->g), free(a->m), free(a->v), free(a->src), free(a->dst);
+  for (int i = 0; i < N_VARS; i++) graft_tensor_destroy(g_grads[i]);
+  graft_module_destroy(g_adam);
 }
 
 static graft_status trace_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
@@ -379,7 +483,7 @@ static int match_gemms(const bench_mm *e, int n, int backward_too) {
 
 /* ---- configs ------------------------------------------------------------------ */
 
-typedef enum ckind { C_STEP, C_FWD, C_DIRECT, C_GEMM } ckind;
+typedef enum ckind { C_STEP, C_FWD, C_DIRECT, C_GEMM, C_ADAM, C_ADAM_UPD, C_ADAM_C, C_COPY } ckind;
 
 typedef struct config {
   ckind kind;
@@ -407,7 +511,7 @@ static rt_spec RUNTIMES[MAX_RUNTIMES] = {
 static int n_runtimes = 3;
 
 static config CONFIGS[MAX_CONFIGS];
-_Static_assert(2 * MAX_RUNTIMES + 1 + 4 * N_GEMMS <= MAX_CONFIGS, "MAX_CONFIGS too small");
+_Static_assert(2 * MAX_RUNTIMES + 1 + 4 * N_GEMMS + 4 <= MAX_CONFIGS, "MAX_CONFIGS too small");
 static int n_configs;
 
 static int find_config(ckind k, const char *sched, int threads, int gemm_i, gemm_variant gv) {
@@ -422,8 +526,13 @@ static int find_config(ckind k, const char *sched, int threads, int gemm_i, gemm
 }
 
 static int create_function(graft_runtime *rt, model *m, ckind k, graft_function **f) {
-  return bench_function_create(rt, k == C_STEP ? "mlp_step" : "mlp_forward",
-                               k == C_STEP ? trace_step : trace_forward, m, 2, 1, f);
+  switch (k) {
+  case C_ADAM: return bench_function_create(rt, "mlp_adam_step", trace_adam_step, m, 2, 1, f);
+  case C_ADAM_UPD: return bench_function_create(rt, "adam_update", trace_adam_update, m, N_VARS, 1, f);
+  default:
+    return bench_function_create(rt, k == C_STEP ? "mlp_step" : "mlp_forward",
+                                 k == C_STEP ? trace_step : trace_forward, m, 2, 1, f);
+  }
 }
 
 static int last_variant(void) { return g_split ? GV_SPLIT : GV_HALVES; }
@@ -443,6 +552,14 @@ static int create_configs(model *m) {
       if (create_function(RUNTIMES[r].rt, m, (ckind)k, &cf->f)) return -1;
     }
   CONFIGS[n_configs++] = (config){.kind = C_DIRECT, .threads = 1, .sched = "c"};
+  /* Adam: graft's step and update on ws/1 (runtime 0), the C loop, the copy. */
+  for (int k = C_ADAM; k <= C_ADAM_UPD; k++) {
+    config *cf = &CONFIGS[n_configs++];
+    *cf = (config){.kind = (ckind)k, .threads = 1, .sched = "ws", .rt = 0};
+    if (create_function(RUNTIMES[0].rt, m, (ckind)k, &cf->f)) return -1;
+  }
+  CONFIGS[n_configs++] = (config){.kind = C_ADAM_C, .threads = 1, .sched = "c"};
+  CONFIGS[n_configs++] = (config){.kind = C_COPY, .threads = 1, .sched = "c"};
   for (int v = GV_SINGLE; v <= last_variant(); v++)
     for (int i = 0; i < N_GEMMS; i++)
       CONFIGS[n_configs++] = (config){.kind = C_GEMM,
@@ -487,6 +604,20 @@ static int call_config(config *cf, run_state *s, int timed) {
   }
   case C_DIRECT:
     direct_step(s->d, s->m->x, s->m->labels);
+    return 0;
+  case C_ADAM: {
+    graft_tensor *in[2] = {s->m->tx, s->m->tlabels};
+    return bench_report(graft_function_call(cf->f, 2, in, 1, &s->m->tloss), "graft_function_call",
+                        cf->f);
+  }
+  case C_ADAM_UPD:
+    return bench_report(graft_function_call(cf->f, N_VARS, g_grads, 1, &s->m->tloss),
+                        "graft_function_call", cf->f);
+  case C_ADAM_C:
+    adam_c_step(&g_adam_c);
+    return 0;
+  case C_COPY:
+    memcpy(g_adam_c.dst, g_adam_c.src, (size_t)(g_adam_c.n * 7 / 2) * sizeof(float));
     return 0;
   case C_GEMM: {
     int par = gemm_run(&GEMMS[cf->gemm], cf->gv);
@@ -587,7 +718,7 @@ static int run(run_state *s, int reps) {
   if (bench_timed_reps(n_configs, reps, t, run_timed, NULL, s)) goto done;
   for (int c = 0; c < n_configs; c++) {
     CONFIGS[c].median_us = bench_median_min(&t[c * reps], reps, &CONFIGS[c].min_us);
-    bench_warn_traced(CONFIGS[c].f, CONFIGS[c].kind == C_STEP ? "step" : "forward");
+    bench_warn_traced(CONFIGS[c].f, CONFIGS[c].kind == C_FWD ? "forward" : "step");
   }
   rc = 0;
 done:
@@ -766,7 +897,7 @@ static void print_rows(const options *opt, int reps, const results *res, const g
   /* Steps, forwards, direct. */
   for (int c = 0; c < n_configs; c++) {
     const config *cf = &CONFIGS[c];
-    if (cf->kind == C_GEMM) continue;
+    if (cf->kind != C_STEP && cf->kind != C_FWD && cf->kind != C_DIRECT) continue;
     /* the GEMMs alone, cut for as many threads */
     int t = cf->threads > 2 ? 3 : cf->threads, fwd = cf->kind == C_FWD;
     double base = t == 1   ? (fwd ? gs->single_fwd : gs->single)
@@ -786,6 +917,24 @@ static void print_rows(const options *opt, int reps, const results *res, const g
     const char *name = cf->kind == C_STEP ? "step" : cf->kind == C_FWD ? "forward" : "direct_step";
     print_row(opt, name, MODEL_SHAPE, cf->threads, cf->sched, reps, cf->median_us, cf->min_us,
               cf->kind == C_FWD ? res->fwd_flops : res->step_flops, bname, base, target);
+  }
+  /* Adam: the step against SGD's plus 1.1x the plain loop; the update
+   * alone against a copy of as many bytes. */
+  {
+    const config *ad = &CONFIGS[find_config(C_ADAM, "ws", 1, 0, 0)];
+    const config *up = &CONFIGS[find_config(C_ADAM_UPD, "ws", 1, 0, 0)];
+    const config *lc = &CONFIGS[find_config(C_ADAM_C, "c", 1, 0, 0)];
+    const config *cp = &CONFIGS[find_config(C_COPY, "c", 1, 0, 0)];
+    const config *sg = &CONFIGS[find_config(C_STEP, "ws", 1, 0, 0)];
+    print_row(opt, "adam_step", MODEL_SHAPE, 1, "ws", reps, ad->median_us, ad->min_us,
+              res->step_flops, "step+1.1adam_c", sg->median_us + 1.1 * lc->median_us,
+              TARGET_ADAM_STEP);
+    print_row(opt, "adam_update", "1.86M params", 1, "ws", reps, up->median_us, up->min_us, NAN,
+              "stream_copy", cp->median_us, TARGET_ADAM_UPDATE);
+    print_row(opt, "adam_c", "1.86M params", 1, "c", reps, lc->median_us, lc->min_us, NAN,
+              "stream_copy", cp->median_us, NAN);
+    print_row(opt, "stream_copy", "6.5M floats", 1, "c", reps, cp->median_us, cp->min_us, NAN, "",
+              NAN, NAN);
   }
   /* Backward (with the update) over forward. */
   for (int r = 0; r < n_runtimes; r++) {
@@ -846,7 +995,10 @@ static int print_stats(const options *opt) {
     if (!cf->f) continue;
     graft_plan_stats st;
     if (bench_report(graft_function_stats(cf->f, &st), "graft_function_stats", cf->f)) return -1;
-    const char *name = cf->kind == C_STEP ? "stats_step" : "stats_forward";
+    const char *name = cf->kind == C_STEP       ? "stats_step"
+                       : cf->kind == C_ADAM     ? "stats_adam_step"
+                       : cf->kind == C_ADAM_UPD ? "stats_adam_update"
+                                                : "stats_forward";
     double ratio = st.naive_bytes ? (double)st.arena_bytes / (double)st.naive_bytes : NAN;
     if (opt->json)
       printf("{\"type\":\"stats\",\"name\":\"%s\",\"threads\":%d,\"sched\":\"%s\",\"nodes\":%" PRId64
@@ -1018,7 +1170,7 @@ int main(int argc, char **argv) {
   run_state s = {.m = &m, .d = &d};
   int rc = 1;
   int ok_setup = model_create(&m) == 0 && direct_create(&d, &m) == 0 && gemms_create() == 0 &&
-                 create_configs(&m) == 0;
+                 adam_create(&m) == 0 && create_configs(&m) == 0;
   if (ok_setup) {
     print_header(&info, &opt);
     fflush(stdout);
@@ -1036,6 +1188,7 @@ int main(int argc, char **argv) {
     }
   }
   destroy_configs();
+  adam_destroy();
   gemms_destroy();
   direct_destroy(&d);
   model_destroy(&m);

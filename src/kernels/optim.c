@@ -16,19 +16,33 @@ typedef struct hp_f64 {
   double lr, c1, c2s, gs, mu, b1, b2, eps, wd;
 } hp_f64;
 
+/* A destination is either its source (written in place) or disjoint from
+ * every input (a slice of the step's own arena slot, which the planner
+ * never overlaps with a live input), and iteration i touches only element
+ * i: no dependence the vectorizer must fear, though it cannot prove it for
+ * pointers that may be equal (it would fall back to scalar code, 3-4x
+ * slower, in exactly the in-place case). */
+#if defined(__clang__)
+#define INDEPENDENT _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define INDEPENDENT _Pragma("GCC ivdep")
+#else
+#define INDEPENDENT
+#endif
+
 /* One loop per kind and dtype, each a plain loop the compiler vectorizes
  * (sqrt without errno: -fno-math-errno).  T is the element type, H its
  * hyperparameter struct. */
 #define UPDATE_LOOPS(T, H, SQRT)                                                          \
   static void sgd_##T(const H *h, const T *w, const T *g, T *wo, int64_t b, int64_t e) {   \
-    for (int64_t i = b; i < e; i++) {                                                     \
+    INDEPENDENT for (int64_t i = b; i < e; i++) {                                         \
       T ge = h->gs * g[i] + h->wd * w[i];                                                 \
       wo[i] = w[i] - h->lr * ge;                                                          \
     }                                                                                     \
   }                                                                                       \
   static void momentum_##T(const H *h, int nesterov, const T *w, const T *g, const T *m,  \
                            T *wo, T *mo, int64_t b, int64_t e) {                          \
-    for (int64_t i = b; i < e; i++) {                                                     \
+    INDEPENDENT for (int64_t i = b; i < e; i++) {                                         \
       T ge = h->gs * g[i] + h->wd * w[i];                                                 \
       T mn = h->mu * m[i] + ge;                                                           \
       T d = nesterov ? ge + h->mu * mn : mn;                                              \
@@ -40,7 +54,7 @@ typedef struct hp_f64 {
                        const T *v, T *wo, T *mo, T *vo, int64_t b, int64_t e) {           \
     const T step = h->lr / h->c1, shrink = decoupled ? (T)1 - h->lr * h->wd : (T)1;       \
     const T l2 = decoupled ? (T)0 : h->wd;                                                \
-    for (int64_t i = b; i < e; i++) {                                                     \
+    INDEPENDENT for (int64_t i = b; i < e; i++) {                                         \
       T ge = h->gs * g[i] + l2 * w[i];                                                    \
       T mn = h->b1 * m[i] + ((T)1 - h->b1) * ge;                                          \
       T vn = h->b2 * v[i] + ((T)1 - h->b2) * ge * ge;                                     \

@@ -489,6 +489,23 @@ static graft_status prepare_outputs(graft_function *f, graft__plan *p, graft_ten
   return GRAFT_OK;
 }
 
+/* The fallback block of p: room to stage every step the plan meant to
+ * write in place (each aligned), allocated once, before anything runs. */
+static graft_status grow_fallback(graft__plan *p) {
+  size_t need = 0;
+  for (uint32_t k = 0; k < p->n_assigns; k++) {
+    uint32_t id = p->assigns[k];
+    if (p->unstaged[id])
+      need += (view_bytes(graft__plan_view(p, id)) + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN;
+  }
+  void *b = graft__aligned_alloc(need ? need : GRAFT__ALIGN, GRAFT__ALIGN);
+  if (!b) return GRAFT_ENOMEM;
+  graft__free(p->fallback);
+  p->fallback = b;
+  p->fallback_bytes = need;
+  return GRAFT_OK;
+}
+
 /* Point external views at this call's memory; decide which outputs the
  * kernels write straight into (direct[i]). */
 static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const *in,
@@ -528,6 +545,7 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
   /* Assigns the plan allows go straight into their variable under the same
    * condition, unless the variable's memory is also a tensor of this call;
    * the others write to the arena and are copied at commit. */
+  size_t fallback_at = 0;
   for (uint32_t k = 0; k < p->n_assigns; k++) {
     uint32_t id = p->assigns[k];
     const graft__node *n = graft__graph_node(g, id);
@@ -543,8 +561,18 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
       continue;
     }
     /* An optimizer step writes each variable, or its slice of the packed
-     * value in the arena (staged). */
+     * value in the arena (staged): in the fallback block for a step the
+     * plan meant to write in place (it has no arena bytes). */
     view->data = p->arena + p->offset[id];
+    if (!dir && p->unstaged[id]) {
+      if (fallback_at + view_bytes(view) > p->fallback_bytes && grow_fallback(p)) {
+        graft__free(var_hit);
+        graft__free(ids);
+        return failf(f, GRAFT_ENOMEM, "%s: out of memory staging an optimizer step", f->name);
+      }
+      view->data = (unsigned char *)p->fallback + fallback_at;
+      fallback_at += (view_bytes(view) + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN;
+    }
     void **d = (void **)p->kargs[p->vslot[id]].dst;
     size_t slice = view_bytes(view) / (size_t)nv;
     for (int j = 0; j < nv; j++)

@@ -83,10 +83,7 @@ static inline int conflicts(const mp *m, uint32_t a, uint32_t b) {
   return (m->conf[(int64_t)a * m->cw + (b >> 6)] >> (b & 63)) & 1u;
 }
 
-static int64_t value_bytes(const graft__plan *p, uint32_t i) {
-  const graft__tview *v = graft__plan_view(p, p->order[i]);
-  return v->numel * (int64_t)graft_dtype_size(v->dtype);
-}
+static int64_t value_bytes(const graft__plan *p, uint32_t i) { return graft__plan_value_bytes(p, i); }
 
 /* Descendant sets, from the successors in reverse order. */
 static void descendants(mp *m) {

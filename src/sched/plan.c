@@ -23,6 +23,8 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->assigns);
   graft__free(p->assign_direct);
   graft__free(p->upd_dst);
+  graft__free(p->unstaged);
+  graft__free(p->fallback);
   graft__free(p->war);
   graft__free(p->binding);
   graft__free(p->offset);
@@ -225,7 +227,8 @@ static graft_status find_direct_assigns(graft__plan *p) {
   const graft__graph *g = p->g;
   uint32_t n = p->n_order, na = p->n_assigns;
   p->assign_direct = graft__calloc(na ? na : 1, 1);
-  if (!p->assign_direct) return GRAFT_ENOMEM;
+  p->unstaged = graft__calloc(g->n_nodes ? g->n_nodes : 1, 1);
+  if (!p->assign_direct || !p->unstaged) return GRAFT_ENOMEM;
   if (!na) return GRAFT_OK;
   uint32_t *pos = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
   uint32_t *mark = graft__calloc(n ? n : 1, sizeof *mark);
@@ -330,6 +333,7 @@ static graft_status find_direct_assigns(graft__plan *p) {
     }
     p->assign_direct[k] = 1;
     p->stats.direct_assigns++;
+    if (an->op == GRAFT__OP_UPDATE && !p->fallible) p->unstaged[a] = 1;
     if (graft__grow((void **)&wlink, &lcap, p->n_war, sizeof *wlink)) goto out;
     for (uint32_t w = (uint32_t)first; w < p->n_war; w++) {
       uint32_t r = pos[p->war[2 * w]];

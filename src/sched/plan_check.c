@@ -68,10 +68,7 @@ static int reaches(checker *c, uint32_t from, uint32_t to) {
   return 0;
 }
 
-static int64_t bytes_of(const graft__plan *p, uint32_t i) {
-  const graft__tview *v = graft__plan_view(p, p->order[i]);
-  return v->numel * (int64_t)graft_dtype_size(v->dtype);
-}
+static int64_t bytes_of(const graft__plan *p, uint32_t i) { return graft__plan_value_bytes(p, i); }
 
 static int reads(const graft__plan *p, uint32_t j, uint32_t i) {
   for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)

@@ -59,6 +59,13 @@ typedef struct graft__plan {
    * sorted by assign id). */
   uint8_t *assign_direct;
   void **upd_dst;           /* the kargs dst arrays of the UPDATE nodes */
+  /* Per graph node: 1 for an optimizer step the plan writes in place
+   * (direct, in a plan that cannot fail on data): its packed value gets no
+   * arena bytes.  A call that must stage it anyway (a variable shared with
+   * a call tensor, an injected fault) uses the fallback block instead. */
+  uint8_t *unstaged;
+  void *fallback;           /* allocated by the first such call, then kept */
+  size_t fallback_bytes;
   uint32_t *war;
   uint32_t n_war;
   int extra_edges;          /* link added edges that carry no value (lanes, war) */
@@ -90,6 +97,14 @@ typedef struct graft__plan {
 /* The concrete view of graph node id. */
 static inline graft__tview *graft__plan_view(const graft__plan *p, uint32_t id) {
   return &p->views[p->vslot[id]];
+}
+
+/* Arena bytes order position i's value takes (0 for an unstaged step). */
+static inline int64_t graft__plan_value_bytes(const graft__plan *p, uint32_t i) {
+  uint32_t id = p->order[i];
+  if (p->unstaged && p->unstaged[id]) return 0;
+  const graft__tview *v = graft__plan_view(p, id);
+  return v->numel * (int64_t)graft_dtype_size(v->dtype);
 }
 
 /* Does order position s read the value of u (s a successor of u)?  Every

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "sched/sched.h" /* graft__exec_fault_hook, graft__function_plan */
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
 
@@ -517,6 +518,97 @@ static void test_graft_optimizer_apply__refusals(void **state) {
   graft_module_destroy(root);
 }
 
+/* A step the plan writes in place must still stage (in its fallback
+ * block) when a call tensor is the variable's own memory, and when a fault
+ * may strike; results are the same bits as an in-place call's. */
+/* in[0] the gradient; in[1] any tensor (the variable's memory, in the
+ * aliased call), read so the call uses it. */
+static graft_status alias_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                             graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  rig *r = user;
+  graft_status st = graft_optimizer_apply(t, r->opt, 1, in);
+  out[0] = graft_reduce_sum(t, in[1], 0, NULL, 0);
+  return st;
+}
+
+static uint32_t g_fail_node = UINT32_MAX;
+static graft_status fail_node(uint32_t node, int64_t tile) {
+  (void)tile;
+  return node == g_fail_node ? GRAFT_ECANCELED : GRAFT_OK;
+}
+
+static void test_graft_optimizer_apply__stages_when_it_must(void **state) {
+  (void)state;
+  enum { N = 5 };
+  const double w0[N] = {1, -2, 3, 0.5, -0.25}, g[N] = {0.5, 0.25, -1, 2, 0.125};
+  const int64_t shape[1] = {N};
+  graft_optimizer_desc d = {.kind = GRAFT_OPT_ADAM, .lr = 0.1};
+  double want[N];
+  for (int run = 0; run < 3; run++) { /* 0: in place, 1: w aliased by a call tensor, 2: a fault */
+    rig r;
+    make_rig(&r, &d, GRAFT_F64, N, w0);
+    graft_runtime *rt = tu_runtime_of("ws", 2, 0);
+    graft_function *f = tu_function(rt, "alias", alias_cb, &r, 2, 1, NULL);
+    graft_tensor *gt = tu_tensor_from(GRAFT_F64, 1, shape, g), *other = tu_tensor_from(GRAFT_F64, 1, shape, w0);
+    graft_tensor *alias = NULL;
+    tu_assert_status(graft_tensor_wrap(GRAFT_F64, 1, shape,
+                                       graft_tensor_data(graft_variable_value(r.w)), &alias), GRAFT_OK);
+    graft_tensor *in[2] = {gt, run == 1 ? alias : other}, *out = NULL;
+    if (run == 2) {
+      tu_assert_call_ok(f, 2, in, 1, &out); /* compile; the plan shows the step's node */
+      graft_tensor_destroy(out);
+      out = NULL;
+      const graft__plan *p = graft__function_plan(f);
+      for (uint32_t k = 0; k < p->n_assigns; k++)
+        if (graft__graph_node(p->g, p->assigns[k])->op == GRAFT__OP_UPDATE) g_fail_node = p->assigns[k];
+      double before[N];
+      for (int i = 0; i < N; i++) before[i] = tu_get(graft_variable_value(r.w), i);
+      graft__exec_fault_hook = fail_node;
+      graft_status st = graft_function_call(f, 2, in, 1, &out);
+      graft__exec_fault_hook = NULL;
+      tu_assert_status(st, GRAFT_ECANCELED);
+      for (int i = 0; i < N; i++)
+        if (tu_get(graft_variable_value(r.w), i) != before[i]) fail_msg("a failed step wrote w[%d]", i);
+      /* and a second step from there matches the reference's second step */
+      tu_assert_call_ok(f, 2, in, 1, &out);
+      ref_state s = {0};
+      for (int i = 0; i < N; i++) s.w[i] = w0[i];
+      ref_step(&d, d.lr, 1, 0, N, g, &s);
+      ref_step(&d, d.lr, 1, 0, N, g, &s);
+      for (int i = 0; i < N; i++)
+        if (fabs(tu_get(graft_variable_value(r.w), i) - s.w[i]) > 1e-12 * fabs(s.w[i]))
+          fail_msg("after the failed step: w[%d] %.17g, reference %.17g", i,
+                   tu_get(graft_variable_value(r.w), i), s.w[i]);
+    } else {
+      tu_assert_call_ok(f, 2, in, 1, &out);
+      graft_plan_stats st;
+      tu_assert_status(graft_function_stats(f, &st), GRAFT_OK);
+      assert_int_equal(st.direct_assigns, 2); /* the step and the step count */
+      /* in place: no arena bytes and no fallback; aliased: the fallback */
+      const graft__plan *p = graft__function_plan(f);
+      if ((p->fallback != NULL) != (run == 1))
+        fail_msg("run %d: fallback block %s", run, p->fallback ? "allocated" : "missing");
+      for (int i = 0; i < N; i++) {
+        double got = tu_get(graft_variable_value(r.w), i);
+        if (run == 0) want[i] = got;
+        else if (got != want[i]) fail_msg("aliased call: w[%d] %.17g, in place %.17g", i, got, want[i]);
+      }
+      /* the sum read the variable's old value (the call's tensor) */
+      double sum = 0;
+      for (int i = 0; i < N; i++) sum += w0[i];
+      assert_true(fabs(tu_get(out, 0) - sum) < 1e-12);
+    }
+    graft_tensor_destroy(out);
+    graft_tensor_destroy(gt);
+    graft_tensor_destroy(other);
+    graft_tensor_destroy(alias);
+    graft_function_destroy(f);
+    graft_runtime_destroy(rt);
+    graft_module_destroy(r.root);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graft_optimizer_apply__matches_reference),
@@ -528,6 +620,7 @@ int main(void) {
       cmocka_unit_test(test_graft_optimizer_create__slots_are_module_variables),
       cmocka_unit_test(test_graft_optimizer_create__refusals),
       cmocka_unit_test(test_graft_optimizer_apply__refusals),
+      cmocka_unit_test(test_graft_optimizer_apply__stages_when_it_must),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
