@@ -260,9 +260,18 @@ typedef enum graft__value_kind {
   GRAFT__VALUE_POISON,     /* graft__poison */
   GRAFT__VALUE_FOREIGN     /* of another trace, or of one that ended */
 } graft__value_kind;
-/* Classify v for t (handles are never read: see graft__value). */
-graft__value_kind graft__trace_value(const graft_trace *t, const graft_value *v,
-                                     graft__node **node);
+/* Classify v for t (handles are never read: see graft__value); *node (may
+ * be NULL) gets the node when v is one of t's graph. */
+static inline graft__value_kind graft__trace_value(const graft_trace *t, const graft_value *v,
+                                                   graft__node **node) {
+  if (node) *node = NULL;
+  if (!v) return GRAFT__VALUE_NULL;
+  if (v == GRAFT__POISON) return GRAFT__VALUE_POISON;
+  graft__node *n = graft__value_node(t->g, v);
+  if (!n) return GRAFT__VALUE_FOREIGN;
+  if (node) *node = n;
+  return GRAFT__VALUE_NODE;
+}
 
 /* Initialise t for tracing into g and make it the calling thread's
  * innermost trace; graft__trace_end (same thread, innermost first) undoes

@@ -30,12 +30,16 @@ static graft__node *node(const graft_trace *t, const graft_value *v) {
 /* Common entry checks; returns NULL to go on, else the value to return.
  * Handles are classified by address (graft__trace_value), so a value of
  * another trace, or of one that ended, is refused without being read. */
-static graft_value *check_inputs(graft_trace *t, int op, int n_in, graft_value *const *in) {
+static graft_value *check_inputs_at(graft_trace *t, int op, int n_in, graft_value *const *in,
+                                    graft__node **nodes) {
   if (t->status != GRAFT_OK) return GRAFT__POISON;
   for (int i = 0; i < n_in; i++) {
     char why[128];
-    switch (graft__trace_value(t, in[i], NULL)) {
-    case GRAFT__VALUE_NODE: continue;
+    graft__node *n;
+    switch (graft__trace_value(t, in[i], &n)) {
+    case GRAFT__VALUE_NODE:
+      if (nodes) nodes[i] = n;
+      continue;
     case GRAFT__VALUE_NULL:
       snprintf(why, sizeof why, "input %d is NULL", i);
       return fail_op(t, op, GRAFT_EINVAL, why);
@@ -53,10 +57,20 @@ static graft_value *check_inputs(graft_trace *t, int op, int n_in, graft_value *
   return NULL;
 }
 
+static graft_value *check_inputs(graft_trace *t, int op, int n_in, graft_value *const *in) {
+  return check_inputs_at(t, op, n_in, in, NULL);
+}
+
 /* The output's size must exist (graft__size_check): with every dim
  * concrete, checked now; with symbols, the concrete dims alone must fit
  * (compile checks the rest once the symbols are bound). */
-static graft_status size_ok(const graft__shape *o, char *msg) {
+static graft_status size_ok(const graft__shape *o, int n_in, const graft__shape *in, char *msg) {
+  /* Shaped like an input of a dtype as wide: that input passed this check
+   * when it was made (the common case: elementwise ops, costs nothing). */
+  for (int i = 0; i < n_in; i++)
+    if (in[i].rank == o->rank && graft_dtype_size(in[i].dtype) >= graft_dtype_size(o->dtype) &&
+        !memcmp(in[i].dims, o->dims, (size_t)o->rank * sizeof *o->dims))
+      return GRAFT_OK;
   int64_t dims[GRAFT_MAX_RANK];
   int r = 0;
   for (int i = 0; i < o->rank; i++)
@@ -77,27 +91,36 @@ static graft_status size_ok(const graft__shape *o, char *msg) {
 
 static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *const *in) {
   if (!t) return NULL;
-  graft_value *early = check_inputs(t, sp->op, n_in, in);
-  if (early) return early;
-
+  if (t->status != GRAFT_OK) return GRAFT__POISON;
   graft__shape shapes[16];
   graft__shape *ins = shapes;
-  if (n_in > (int)GRAFT__COUNT(shapes)) {
-    ins = graft__malloc((size_t)n_in * sizeof *ins);
-    if (!ins) return fail_op(t, sp->op, GRAFT_ENOMEM, "out of memory");
-  }
   uint32_t ids_small[16], *ids = ids_small;
+  graft__node *nodes_small[16], **nodes = nodes_small;
   if (n_in > 16) {
+    ins = graft__malloc((size_t)n_in * sizeof *ins);
     ids = graft__malloc((size_t)n_in * sizeof *ids);
-    if (!ids) {
-      if (ins != shapes) graft__free(ins);
+    nodes = graft__malloc((size_t)n_in * sizeof *nodes);
+    if (!ins || !ids || !nodes) {
+      graft__free(ins);
+      graft__free(ids);
+      graft__free(nodes);
       return fail_op(t, sp->op, GRAFT_ENOMEM, "out of memory");
     }
   }
-  for (int i = 0; i < n_in; i++) {
-    graft__node_shape(node(t, in[i]), &ins[i]);
-    ids[i] = graft__value_id(in[i]);
+  graft_value *early = check_inputs_at(t, sp->op, n_in, in, nodes);
+  if (early) {
+    if (n_in > 16) {
+      graft__free(ins);
+      graft__free(ids);
+      graft__free(nodes);
+    }
+    return early;
   }
+  for (int i = 0; i < n_in; i++) {
+    graft__node_shape(nodes[i], &ins[i]);
+    ids[i] = nodes[i]->id;
+  }
+  if (nodes != nodes_small) graft__free(nodes);
 
   /* The rule sees a node on the stack first: a failed op appends nothing. */
   graft__node probe;
@@ -114,7 +137,7 @@ static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *
   graft__shape out;
   graft_value *ret;
   graft_status st = graft__shape_infer(&c, &probe, ins, &out);
-  if (st == GRAFT_OK) st = size_ok(&out, c.msg);
+  if (st == GRAFT_OK) st = size_ok(&out, n_in, ins, c.msg);
   if (st != GRAFT_OK) {
     ret = fail_op(t, sp->op, st, c.msg);
   } else {

@@ -19,17 +19,6 @@ void graft__trace_end(graft_trace *t) {
   if (running == t) running = t->outer;
 }
 
-graft__value_kind graft__trace_value(const graft_trace *t, const graft_value *v,
-                                     graft__node **node) {
-  if (node) *node = NULL;
-  if (!v) return GRAFT__VALUE_NULL;
-  if (v == GRAFT__POISON) return GRAFT__VALUE_POISON;
-  graft__node *n = graft__value_node(t->g, v);
-  if (!n) return GRAFT__VALUE_FOREIGN;
-  if (node) *node = n;
-  return GRAFT__VALUE_NODE;
-}
-
 void graft__trace_failf(graft_trace *t, graft_status s, const char *fmt, ...) {
   if (t->status != GRAFT_OK) return;
   t->status = s;

@@ -45,15 +45,16 @@ typedef struct graft__kargs {
   int16_t whole;
   int16_t defer;
   uint32_t next;
-  const graft__tview *const *in; /* n_in input views */
+  const graft__tview *const *in; /* n_in input views; an optimizer step's
+                                   (UPDATE) are followed by one view per
+                                   variable it writes, whose data is where
+                                   that variable's new value goes (the
+                                   variable, or the step's packed value) */
   const graft__tview *out;
   /* A failing kernel writes its reason here (without op name prefix). */
   char *msg;                   /* GRAFT__MSG_LEN bytes */
   graft_status (*fn)(const struct graft__kargs *k, int64_t begin, int64_t end);
   int64_t units;
-  /* UPDATE: where each variable's new value goes (the variable, or the
-   * node's packed value), set by every call; NULL for other ops. */
-  void *const *dst;
 } graft__kargs;
 
 typedef graft_status (*graft__kernel_fn)(const graft__kargs *k, int64_t begin, int64_t end);

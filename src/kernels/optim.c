@@ -2,8 +2,9 @@
  * and its slots per tile, reading each once and writing the new weight and
  * slots once (graph.h's graft__update_attr gives the formulas, PyTorch's,
  * in its order of operations).  Elementwise, so any split into tiles gives
- * the same bits.  The destinations are k->dst: the variables themselves
- * when the step is written in place, else the node's packed value. */
+ * the same bits.  The destinations are the views after the inputs
+ * (kernels.h): the variables themselves when the step is written in place,
+ * else slices of the node's packed value. */
 #include <math.h>
 
 #include "kernels/kernels_int.h"
@@ -76,17 +77,17 @@ UPDATE_LOOPS(double, hp_f64, sqrt)
     const H h = {hv[0], hv[1], hv[2], hv[3], (T)u->mu, (T)u->b1, (T)u->b2, (T)u->eps,      \
                  (T)u->wd};                                                               \
     const T *w = k->in[0]->data, *g = k->in[1]->data;                                     \
-    T *wo = k->dst[0];                                                                    \
+    T *wo = k->in[k->n_in]->data;                                                         \
     switch (u->kind) {                                                                    \
     case GRAFT__UPDATE_SGD: sgd_##T(&h, w, g, wo, b, e); break;                           \
     case GRAFT__UPDATE_MOMENTUM:                                                          \
     case GRAFT__UPDATE_NESTEROV:                                                          \
       momentum_##T(&h, u->kind == GRAFT__UPDATE_NESTEROV, w, g, k->in[3]->data, wo,       \
-                   k->dst[1], b, e);                                                      \
+                   k->in[k->n_in + 1]->data, b, e);                                       \
       break;                                                                              \
     default:                                                                              \
       adam_##T(&h, u->kind == GRAFT__UPDATE_ADAMW, w, g, k->in[3]->data, k->in[4]->data,  \
-               wo, k->dst[1], k->dst[2], b, e);                                           \
+               wo, k->in[k->n_in + 1]->data, k->in[k->n_in + 2]->data, b, e);             \
       break;                                                                              \
     }                                                                                     \
   } while (0)
@@ -103,7 +104,7 @@ static int slots_of(int kind) {
 
 graft_status graft__k_UPDATE(const graft__kargs *k, int64_t b, int64_t e) {
   const struct graft__update_attr *u = &k->node->attr.update;
-  if (u->kind < GRAFT__UPDATE_SGD || u->kind > GRAFT__UPDATE_ADAMW || !k->dst ||
+  if (u->kind < GRAFT__UPDATE_SGD || u->kind > GRAFT__UPDATE_ADAMW ||
       u->n_vars != 1 + slots_of(u->kind) || k->n_in != 2 + u->n_vars)
     return graft__kernel_internal(k, "update: kind %d with %d variables and %d inputs", u->kind,
                                   u->n_vars, k->n_in);

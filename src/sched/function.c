@@ -573,10 +573,11 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
       view->data = (unsigned char *)p->fallback + fallback_at;
       fallback_at += (view_bytes(view) + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN;
     }
-    void **d = (void **)p->kargs[p->vslot[id]].dst;
+    const graft__kargs *ka = &p->kargs[p->vslot[id]];
     size_t slice = view_bytes(view) / (size_t)nv;
-    for (int j = 0; j < nv; j++)
-      d[j] = dir ? graft_tensor_data(vs[j]->value) : (unsigned char *)view->data + (size_t)j * slice;
+    for (int j = 0; j < nv; j++) /* the destination views (kernels.h) */
+      ((graft__tview *)ka->in[ka->n_in + j])->data =
+          dir ? graft_tensor_data(vs[j]->value) : (unsigned char *)view->data + (size_t)j * slice;
   }
   /* Outputs: straight into the destination unless it shares bytes with an
    * input or a variable, and only the first of outputs that are one node. */
@@ -607,11 +608,12 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
     const graft__tview *v = graft__plan_view(p, p->assigns[k]);
     graft_variable *const *vs;
     int nv = graft__node_writes(n, &vs);
-    void *const *from = n->op == GRAFT__OP_UPDATE ? p->kargs[p->vslot[p->assigns[k]]].dst : &v->data;
+    const graft__kargs *ka = &p->kargs[p->vslot[p->assigns[k]]];
     size_t bytes = view_bytes(v) / (size_t)nv;
     for (int j = 0; j < nv; j++) {
+      const void *from = n->op == GRAFT__OP_UPDATE ? ka->in[ka->n_in + j]->data : v->data;
       void *to = graft_tensor_data(vs[j]->value);
-      if (bytes && from[j] != to) memcpy(to, from[j], bytes); /* else direct */
+      if (bytes && from != to) memcpy(to, from, bytes); /* else direct */
     }
   }
 }

@@ -421,7 +421,7 @@ static graft_status args(graft__plan *p) {
     if (nd->op == GRAFT__OP_UPDATE) n_dst += nd->attr.update.n_vars;
   }
   size_t n = p->n_order ? p->n_order : 1;
-  p->in_ptrs = graft__malloc((size_t)(n_ins ? n_ins : 1) * sizeof *p->in_ptrs);
+  p->in_ptrs = graft__malloc((size_t)(n_ins + n_dst ? n_ins + n_dst : 1) * sizeof *p->in_ptrs);
   p->kargs = graft__calloc(n, sizeof *p->kargs);
   p->upd_dst = graft__calloc((size_t)(n_dst ? n_dst : 1), sizeof *p->upd_dst);
   if (!p->in_ptrs || !p->kargs || !p->upd_dst) return GRAFT_ENOMEM;
@@ -436,10 +436,11 @@ static graft_status args(graft__plan *p) {
     for (int j = 0; j < nd->n_in; j++) p->in_ptrs[k++] = graft__plan_view(p, nd->in[j]);
     ka->out = graft__plan_view(p, id);
     ka->fn = graft__kernels[nd->op].run;
-    if (nd->op == GRAFT__OP_UPDATE) {
-      ka->dst = &p->upd_dst[kd];
-      kd += nd->attr.update.n_vars;
-    }
+    if (nd->op == GRAFT__OP_UPDATE) /* its destinations follow its inputs */
+      for (int j = 0; j < nd->attr.update.n_vars; j++) {
+        p->upd_dst[kd] = (graft__tview){.dtype = ka->out->dtype};
+        p->in_ptrs[k++] = &p->upd_dst[kd++];
+      }
   }
   return GRAFT_OK;
 }

@@ -58,7 +58,8 @@ typedef struct graft__plan {
    * it: link adds those ordering edges (war, pairs reader id, assign id,
    * sorted by assign id). */
   uint8_t *assign_direct;
-  void **upd_dst;           /* the kargs dst arrays of the UPDATE nodes */
+  graft__tview *upd_dst;    /* the destination views of the UPDATE nodes
+                               (kargs.in past n_in): data set every call */
   /* Per graph node: 1 for an optimizer step the plan writes in place
    * (direct, in a plan that cannot fail on data): its packed value gets no
    * arena bytes.  A call that must stage it anyway (a variable shared with
