@@ -266,7 +266,7 @@ static int by_key(const void *a, const void *b) {
 
 /* The entries, sorted by offsets, must tile the data section. */
 static graft_status check_layout(graft__st_table *t, char *why) {
-  qsort(t->entries, (size_t)t->n, sizeof *t->entries, by_offsets);
+  if (t->n > 1) qsort(t->entries, (size_t)t->n, sizeof *t->entries, by_offsets);
   int64_t at = 0;
   const graft__st_entry *prev = NULL;
   for (int64_t i = 0; i < t->n; i++) {
@@ -293,7 +293,7 @@ static graft_status check_layout(graft__st_table *t, char *why) {
   if (at != t->data_bytes)
     return corrupt(why, "the data section holds %lld bytes, but the header lists no tensor",
                    (long long)t->data_bytes);
-  qsort(t->entries, (size_t)t->n, sizeof *t->entries, by_key);
+  if (t->n > 1) qsort(t->entries, (size_t)t->n, sizeof *t->entries, by_key);
   return GRAFT_OK;
 }
 
