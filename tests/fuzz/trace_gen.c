@@ -410,6 +410,8 @@ static graft_value *op_jacobian(gen *g, int rev);
 static graft_value *op_custom(gen *g);
 static graft_value *op_trace_fail(gen *g);
 static graft_value *op_inspect(gen *g);
+static graft_value *op_optimize(gen *g);
+static graft_value *op_clip(gen *g);
 
 static graft_variable *rd_var(gen *g) {
   unsigned i = fz_pick(&g->r, (unsigned)g->p->n_vars + 1);
@@ -570,6 +572,8 @@ static void emit_op(gen *g, int op) {
     case FZ_OP_CUSTOM_GRADIENT: v = op_custom(g); break;
     case FZ_OP_TRACE_FAIL: v = op_trace_fail(g); break;
     case FZ_OP_INSPECT: v = op_inspect(g); break;
+    case FZ_OP_OPTIMIZE: v = op_optimize(g); break;
+    case FZ_OP_CLIP: v = op_clip(g); break;
     default: fz_die("decoder: opcode %d has no case", op);
     }
   }
@@ -805,6 +809,80 @@ static graft_value *op_assign(gen *g, int op) {
   if (!x) x = operand(g);
   if (op == FZ_OP_ASSIGN) return graft_assign(g->t, var, x);
   return op == FZ_OP_ASSIGN_ADD ? graft_assign_add(g->t, var, x) : graft_assign_sub(g->t, var, x);
+}
+
+/* ---- optimizers -------------------------------------------------------- */
+
+static void check_results(gen *g, const char *api, graft_status st, int n, graft_value *const *res,
+                          graft_value *const *like, int int_null);
+static void push_all(gen *g, int n, graft_value *const *v);
+
+static int ok_exact(gen *g, const void *ctx, graft_value *v) {
+  const var_ctx *c = ctx;
+  fz_shape s;
+  if (!shape_of(g, v, &s) || graft_value_dtype(v) != c->dt || s.rank != c->s.rank) return 0;
+  for (int i = 0; i < s.rank; i++)
+    if (s.d[i] != c->s.d[i]) return 0;
+  return 1;
+}
+
+/* graft_optimizer_apply on the program's optimizer: each variable's
+ * gradient a pool value of its dtype and shape (0, 1; the variable's read
+ * when none fits), NULL (2: that variable keeps its value), any operand
+ * (3); now and then one gradient too many (6) or no optimizer (7).  The
+ * result is the first variable's read after the step. */
+static graft_value *op_optimize(gen *g) {
+  unsigned m = fz_pick(&g->r, 8);
+  graft_module *opt = m == 7 ? NULL : g->p->opt;
+  int n = g->p->n_opt + (m == 6);
+  graft_value *gr[FZ_MAX_VARS + 1] = {NULL};
+  for (int i = 0; i < n; i++) {
+    graft_variable *var = i < g->p->n_opt ? g->p->opt_vars[i] : NULL;
+    unsigned c = fz_pick(&g->r, 4);
+    if (c <= 1 && var) {
+      const graft_tensor *val = graft_variable_value(var);
+      var_ctx ctx = {graft_tensor_dtype(val), {graft_tensor_rank(val), {0}}};
+      if (ctx.s.rank) memcpy(ctx.s.d, graft_tensor_shape(val), (size_t)ctx.s.rank * sizeof *ctx.s.d);
+      gr[i] = find(g, ok_exact, &ctx);
+      if (!gr[i]) gr[i] = graft_read(g->t, var);
+    } else if (c == 3 || !var) {
+      gr[i] = operand(g);
+    }
+  }
+  graft_status st = graft_optimizer_apply(g->t, opt, n, gr);
+  check_results(g, "graft_optimizer_apply", st, 0, NULL, NULL, 0);
+  if (st == GRAFT_OK && (!opt || m == 6)) fz_die("graft_optimizer_apply accepted %s", opt ? "a wrong count" : "no optimizer");
+  return g->p->n_opt ? graft_read(g->t, g->p->opt_vars[0]) : NULL;
+}
+
+/* graft_clip_by_global_norm of 1..3 operands (NULL entries allowed), with
+ * a max_norm from rd_double (<= 0, NaN: refused) and the norm asked for or
+ * not. */
+static graft_value *op_clip(gen *g) {
+  int n = 1 + (int)fz_pick(&g->r, 3);
+  graft_value *xs[3], *out[3] = {NULL}, *norm = NULL;
+  for (int i = 0; i < n; i++) xs[i] = operand(g);
+  double max_norm = rd_double(g);
+  int want_norm = fz_pick(&g->r, 2);
+  graft_status st = graft_clip_by_global_norm(g->t, n, xs, max_norm, out, want_norm ? &norm : NULL);
+  graft_value *given[3], *got[3];
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (xs[i]) {
+      given[k] = xs[i];
+      got[k++] = out[i];
+    } else if (out[i]) {
+      fz_die("graft_clip_by_global_norm: out[%d] is not NULL for a NULL xs[%d]", i, i);
+    }
+  }
+  check_results(g, "graft_clip_by_global_norm", st, k, got, given, 0);
+  for (int i = 0; st == GRAFT_OK && i < k; i++)
+    if (!got[i]) fz_die("graft_clip_by_global_norm: a NULL result for a value");
+  if (st == GRAFT_OK && !(max_norm > 0)) fz_die("graft_clip_by_global_norm accepted max_norm %g", max_norm);
+  if (want_norm && (st == GRAFT_OK) != (norm != NULL))
+    fz_die("graft_clip_by_global_norm: %s with norm %p", graft_status_name(st), (void *)norm);
+  push_all(g, n, out);
+  return norm;
 }
 
 /* ---- differentiation --------------------------------------------------- */

@@ -48,7 +48,7 @@ enum {
   X(TRANSPOSE) X(RESHAPE) X(BROADCAST_TO) X(SUM_TO_SHAPE) X(SLICE) X(PAD) X(CONCAT)       \
   X(ONE_HOT) X(SOFTMAX) X(LOG_SOFTMAX) X(SOFTMAX_XENT) X(READ) X(ASSIGN) X(ASSIGN_ADD)    \
   X(ASSIGN_SUB) X(GRADIENTS) X(JVP) X(HVP) X(JACOBIAN_FWD) X(JACOBIAN_REV)                \
-  X(CUSTOM_GRADIENT) X(TRACE_FAIL) X(INSPECT)
+  X(CUSTOM_GRADIENT) X(TRACE_FAIL) X(INSPECT) X(OPTIMIZE) X(CLIP)
 
 typedef enum fz_op {
 #define FZ_OP_ENUM_FN_(e, fn) FZ_OP_##e,
@@ -94,6 +94,10 @@ typedef struct fz_trace_prog {
   int n_extra;                   /* ... then this many forced ones (0 or FZ_EXTRA_OUT) */
   graft_variable *vars[FZ_MAX_VARS]; /* NULL: absent (the ops get NULL) */
   int n_vars;
+  /* An optimizer (graft/optim.h) over opt_vars, some of vars, or NULL. */
+  graft_module *opt;
+  graft_variable *opt_vars[FZ_MAX_VARS];
+  int n_opt;
   graft_value *stale[FZ_MAX_STALE];  /* handles of a dead trace */
   int n_stale;
   /* Set by each trace: the op kinds it emitted without an error. */

@@ -29,6 +29,7 @@ typedef struct tdesc {
   int64_t d[4];
   unsigned sym;  /* bit i: dim i is -1 in the signature */
   int64_t alt[4]; /* second call's dims (0: the same) */
+  unsigned init;  /* variables: trace_target.c's init byte (0: 2, trainable from data) */
 } tdesc;
 
 typedef struct env {
@@ -83,7 +84,7 @@ static void put_env(seed *s, const env *e) {
     put(s, t->dt);
     put(s, (unsigned)t->rank);
     for (int k = 0; k < t->rank; k++) put_dim(s, t->d[k]);
-    put(s, 2); /* init from data, trainable */
+    put(s, t->init ? t->init : 2); /* 2: from data, trainable */
   }
   for (int i = 0; i < e->n_out; i++) put(s, e->out_mode[i]);
   if (e->flags & F_STALE) put(s, 0); /* the dead trace's function is destroyed */
@@ -93,17 +94,23 @@ static void put_env(seed *s, const env *e) {
  * same in f64; two i32 [4]; and a batch of logits x [4,3] with i32
  * labels [4] and weights [3,4]. */
 static const env env_f32 = {.n_in = 2, .n_vars = 1, .n_out = 1,
-                            .in = {{0, 2, {2, 3}, 0, {0}}, {0, 1, {3}, 0, {0}}},
-                            .var = {{0, 2, {2, 3}, 0, {0}}}};
+                            .in = {{0, 2, {2, 3}, 0, {0}, 0}, {0, 1, {3}, 0, {0}, 0}},
+                            .var = {{0, 2, {2, 3}, 0, {0}, 0}}};
 static const env env_f64 = {.n_in = 2, .n_vars = 1, .n_out = 1,
-                            .in = {{1, 2, {2, 3}, 0, {0}}, {1, 1, {3}, 0, {0}}},
-                            .var = {{1, 2, {2, 3}, 0, {0}}}};
+                            .in = {{1, 2, {2, 3}, 0, {0}, 0}, {1, 1, {3}, 0, {0}, 0}},
+                            .var = {{1, 2, {2, 3}, 0, {0}, 0}}};
 static const env env_i32 = {.n_in = 2, .n_vars = 1, .n_out = 1,
-                            .in = {{2, 1, {4}, 0, {0}}, {2, 1, {4}, 0, {0}}},
-                            .var = {{2, 1, {4}, 0, {0}}}};
+                            .in = {{2, 1, {4}, 0, {0}, 0}, {2, 1, {4}, 0, {0}, 0}},
+                            .var = {{2, 1, {4}, 0, {0}, 0}}};
+/* init bits (trace_target.c make_optimizer): 4 an optimizer updates the
+ * variable, 8 * kind (3: Adam), 64 clipping. */
+#define INIT_OPT(kind) (2u | 4u | 8u * (kind))
+static const env env_opt = {.n_in = 2, .n_vars = 1, .n_out = 1,
+                            .in = {{0, 2, {2, 3}, 0, {0}, 0}, {0, 1, {3}, 0, {0}, 0}},
+                            .var = {{0, 2, {2, 3}, 0, {0}, INIT_OPT(3)}}};
 static const env env_batch = {.flags = F_TWO_CALLS | F_STATS, .n_in = 2, .n_vars = 1, .n_out = 2,
-                              .in = {{0, 2, {4, 3}, 0, {0}}, {2, 1, {4}, 0, {0}}},
-                              .var = {{0, 2, {3, 4}, 0, {0}}},
+                              .in = {{0, 2, {4, 3}, 0, {0}, 0}, {2, 1, {4}, 0, {0}, 0}},
+                              .var = {{0, 2, {3, 4}, 0, {0}, 0}},
                               .out_mode = {1, 0}};
 
 /* The training step on env_batch: logits = x @ W, loss = xent(logits,
@@ -115,6 +122,17 @@ static const uint8_t prog_train[] = {
     FZ_OP_GRADIENTS, 0, 0, 0, 0, 2, 0, /* d loss / d W (the third oldest) */
     FZ_OP_ASSIGN_SUB, 0, 1, 0, 3, /* W -= 0.5 * newest fitting value (g) */
     255, 2, 0, 0};                /* outputs: loss, new W; return OK */
+
+/* The same step with the optimizer of env_adam's variable W instead of
+ * the assign: its gradient is the newest value of W's shape (g). */
+static const uint8_t prog_train_opt[] = {
+    FZ_OP_READ, 0,
+    FZ_OP_MATMUL, 2, 2, 0, 0,
+    FZ_OP_SOFTMAX_XENT, 0, 0, 1, 0,
+    FZ_OP_GRADIENTS, 0, 0, 0, 0, 2, 0,
+    FZ_OP_CLIP, 0, 0, 148, 1,     /* clip g to norm 1.5 (rd_double: (148 - 136) / 8), with the norm */
+    FZ_OP_OPTIMIZE, 0, 0, 0,      /* one step, W's gradient the newest fitting value */
+    255, 4, 0, 0};                /* outputs: loss, new W (pool: W', norm, clipped g, g, loss) */
 
 /* Second derivatives: d/dx of d tanh(x)/dx, and an HVP of sum(sin(x*x)). */
 static const uint8_t prog_grad_grad[] = {
@@ -182,6 +200,7 @@ static int emit_ops(const char *dir) {
     uint8_t body[4] = {(uint8_t)op, 0};
     size_t n = 1;
     if (op == FZ_OP_ONE_HOT) e = &env_i32;
+    if (op == FZ_OP_OPTIMIZE) e = &env_opt;
     if (op == FZ_OP_MATMUL || op == FZ_OP_SLICE || op == FZ_OP_PAD || op == FZ_OP_SOFTMAX ||
         op == FZ_OP_LOG_SOFTMAX || op == FZ_OP_RESHAPE)
       body[n++] = 1; /* operand: a [2,3] */
@@ -212,6 +231,16 @@ static int emit_programs(const char *dir) {
   rc |= emit(dir, "train-symbolic", &e, prog_train, sizeof prog_train);
   e.flags |= F_CACHE_ONE | F_DROP_VAR;
   rc |= emit(dir, "train-drop-var", &e, prog_train, sizeof prog_train);
+
+  /* Every optimizer kind, with clipping and weight decay on the last. */
+  for (unsigned kind = 0; kind < 5; kind++) {
+    e = env_batch;
+    e.flags |= F_TWO_CALLS;
+    e.var[0].init = INIT_OPT(kind) | (kind == 4 ? 64u | 128u : 0u);
+    char name[32];
+    snprintf(name, sizeof name, "train-opt-%u", kind);
+    rc |= emit(dir, name, &e, prog_train_opt, sizeof prog_train_opt);
+  }
 
   e = env_f64;
   rc |= emit(dir, "grad-of-grad", &e, prog_grad_grad, sizeof prog_grad_grad);

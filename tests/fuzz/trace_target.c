@@ -429,6 +429,32 @@ typedef struct side {
   int64_t refused;
 } side;
 
+/* An optimizer over the f32/f64 variables whose init has bit 2 set: the
+ * first such variable's init picks the kind (bits 3-5), clipping (bit 6)
+ * and weight decay (bit 7).  Its slots and step are variables too, so the
+ * sides compare them and a failed call must leave them as they were. */
+static void make_optimizer(side *s, const header *h) {
+  s->prog.opt = NULL;
+  s->prog.n_opt = 0;
+  unsigned init = 0;
+  for (int i = 0; i < h->n_vars; i++) {
+    graft_variable *v = s->prog.vars[i];
+    graft_dtype dt = h->var[i].dt;
+    if (!v || !(h->var[i].init & 4) || (dt != GRAFT_F32 && dt != GRAFT_F64)) continue;
+    if (!s->prog.n_opt) init = h->var[i].init;
+    s->prog.opt_vars[s->prog.n_opt++] = v;
+  }
+  if (!s->prog.n_opt) return;
+  graft_optimizer_desc d = {.kind = (graft_optimizer_kind)((init >> 3) % 5),
+                            .lr = 0.1,
+                            .clip_norm = init & 64 ? 1.0 : 0.0,
+                            .weight_decay = init & 128 ? 0.01 : 0.0};
+  graft_status st = graft_optimizer_create(NULL, "opt", &d, s->prog.n_opt, s->prog.opt_vars, &s->prog.opt);
+  check_call("graft_optimizer_create", st);
+  if ((st == GRAFT_OK) != (s->prog.opt != NULL)) fz_die("graft_optimizer_create: status and handle disagree");
+  if (st != GRAFT_OK) s->prog.n_opt = 0;
+}
+
 static void make_vars(side *s, const header *h, const void *const *init) {
   for (int i = 0; i < h->n_vars; i++) {
     const tensor_spec *v = &h->var[i];
@@ -447,19 +473,37 @@ static void make_vars(side *s, const header *h, const void *const *init) {
     }
   }
   s->prog.n_vars = h->n_vars;
+  make_optimizer(s, h);
+}
+
+/* Every variable a call may change: the program's, then the optimizer's
+ * (its tracked variables again, its slots, its step); NULL where absent. */
+#define MAX_STATE (FZ_MAX_VARS + 3 * FZ_MAX_VARS + 1)
+static int state_vars(const side *s, graft_variable **out) {
+  int n = s->prog.n_vars;
+  for (int i = 0; i < n; i++) out[i] = s->prog.vars[i];
+  if (!s->prog.opt) return n;
+  int64_t k = 0;
+  graft_status st = graft_module_variables(s->prog.opt, MAX_STATE - n, out + n, &k);
+  check_call("graft_module_variables", st);
+  if (st != GRAFT_OK || k > MAX_STATE - n) fz_die("graft_module_variables: %s, %lld variables",
+                                                  graft_status_name(st), (long long)k);
+  return n + (int)k;
 }
 
 /* The variables' bytes, to tell whether a call changed them. */
 typedef struct var_snap {
-  void *data[FZ_MAX_VARS];
-  size_t bytes[FZ_MAX_VARS];
+  void *data[MAX_STATE];
+  size_t bytes[MAX_STATE];
 } var_snap;
 
 static void snap_vars(const side *s, var_snap *v) {
   memset(v, 0, sizeof *v);
-  for (int i = 0; i < s->prog.n_vars; i++) {
-    if (!s->prog.vars[i]) continue;
-    const graft_tensor *t = graft_variable_value(s->prog.vars[i]);
+  graft_variable *vars[MAX_STATE];
+  int n = state_vars(s, vars);
+  for (int i = 0; i < n; i++) {
+    if (!vars[i]) continue;
+    const graft_tensor *t = graft_variable_value(vars[i]);
     v->bytes[i] = tensor_bytes(t);
     v->data[i] = malloc(v->bytes[i] + 1);
     if (!v->data[i]) fz_die("harness: out of memory");
@@ -468,15 +512,16 @@ static void snap_vars(const side *s, var_snap *v) {
 }
 
 static int vars_equal(const side *s, const var_snap *v) {
-  for (int i = 0; i < s->prog.n_vars; i++)
-    if (s->prog.vars[i] &&
-        !bytes_equal(graft_tensor_data(graft_variable_value(s->prog.vars[i])), v->data[i], v->bytes[i]))
+  graft_variable *vars[MAX_STATE];
+  int n = state_vars(s, vars);
+  for (int i = 0; i < n; i++)
+    if (vars[i] && !bytes_equal(graft_tensor_data(graft_variable_value(vars[i])), v->data[i], v->bytes[i]))
       return 0;
   return 1;
 }
 
 static void free_snap(var_snap *v) {
-  for (int i = 0; i < FZ_MAX_VARS; i++) free(v->data[i]);
+  for (int i = 0; i < MAX_STATE; i++) free(v->data[i]);
 }
 
 /* What one call passes: inputs and the caller's output tensors. */
@@ -559,8 +604,11 @@ static int compare(side *s, int n_out, const char *what) {
   for (int k = 0; k < n_out; k++)
     if (!tensors_equal(s[0].out[k], s[1].out[k]))
       fz_die("%s call: output %d differs between %s and %s", what, k, s[0].name, s[1].name);
-  for (int i = 0; i < s[0].prog.n_vars; i++) {
-    graft_variable *a = s[0].prog.vars[i], *b = s[1].prog.vars[i];
+  graft_variable *va[MAX_STATE], *vb[MAX_STATE];
+  int na = state_vars(&s[0], va), nb = state_vars(&s[1], vb);
+  if (na != nb) fz_die("%s call: %d variables on %s, %d on %s", what, na, s[0].name, nb, s[1].name);
+  for (int i = 0; i < na; i++) {
+    graft_variable *a = va[i], *b = vb[i];
     if (a && b && !tensors_equal(graft_variable_value(a), graft_variable_value(b)))
       fz_die("%s call: variable %d differs between %s and %s", what, i, s[0].name, s[1].name);
   }
@@ -879,6 +927,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int k = 0; k < N_SLOTS; k++) graft_tensor_destroy(first[k]);
   for (int k = 0; k < 2; k++) {
     graft_function_destroy(s[k].f);
+    graft_module_destroy(s[k].prog.opt);
     for (int i = 0; i < h.n_vars; i++) graft_variable_destroy(s[k].prog.vars[i]);
     if (!cached(s[k].rt)) graft_runtime_destroy(s[k].rt);
   }
