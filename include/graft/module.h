@@ -28,7 +28,8 @@
  * variables it derives parameters from and a derive callback; inside a
  * trace, graft_deferred_params traces the callback once and returns the
  * derived values, shared by every use in that trace, with gradients
- * reaching the variables.
+ * reaching the variables (a Gamma built from a trainable mean and
+ * variance; examples/deferred_gamma.c).
  *
  * Thread safety: building and walking a module tree is not thread-safe
  * with respect to changes of the same tree; distinct trees may be used from
@@ -182,27 +183,65 @@ GRAFT_API graft_value *graft_assign_sub(graft_trace *t, graft_variable *v, graft
 /* ---- deferred modules ------------------------------------------------------ */
 
 /* The derive callback of a deferred module m: compute n_params values from
- * m's variables (graft_read) and any deferred modules attached to m
- * (graft_deferred_params), store them in params[], return GRAFT_OK or an
- * error.  Runs inside a trace, once per trace. */
+ * the variables m tracks (graft_read) and from the deferred modules
+ * attached to m (graft_deferred_params), store them in params[] (each a
+ * value of t), return GRAFT_OK or an error.  Runs inside a trace: once per
+ * trace, and again only after a variable it depends on is assigned later in
+ * that trace.  derive is pure: it reads and computes; an assignment
+ * (graft_assign*, graft_optimizer_apply) inside it fails the trace with
+ * GRAFT_EMISUSE.  Every variable the values depend on must be in m's walk
+ * (tracked by m, or held by a module attached to m), else GRAFT_EMISUSE
+ * naming it: what m derives from is what its walks and checkpoints hold. */
 typedef graft_status (*graft_derive_fn)(graft_trace *t, graft_module *m, int n_params,
                                         graft_value **params, void *user);
 
-/* Create a deferred module (parent and name as graft_module_create) that
- * tracks n_vars variables (held by m too, so they appear in its walks; they
- * may belong to other modules) and derives n_params >= 1 values from them
- * with derive(user).  A deferred module it derives from is attached to it
- * (graft_module_attach) so it shows in walks too. */
+/* Create a deferred module (parent and name as graft_module_create:
+ * scope, sibling numbering, who holds it) that tracks the n_vars >= 0
+ * distinct variables vars (held by m too, so they appear in its walks and
+ * checkpoints, and stay allocated while m lives; they may belong to other
+ * modules or to the caller) and derives n_params >= 1 values from them
+ * with derive(user).  Variable i is held under the last '/'-separated part
+ * of its name ("model/mean" -> "mean"), with characters outside
+ * [A-Za-z0-9_] made '_', a leading digit prefixed by 'v' and an empty part
+ * named "var", then told apart by "_1", "_2", ... in vars order ("loc",
+ * "loc_1").  A deferred module it derives from is attached to it
+ * (graft_module_attach) or created under it, so its variables show in m's
+ * walks too.  GRAFT_EINVAL for a NULL out, name or derive, a bad name,
+ * n_params < 1, n_vars < 0, vars NULL with n_vars > 0, a NULL or repeated
+ * variable; GRAFT_EMISUSE for a destroyed variable; GRAFT_ENOMEM.  On
+ * failure *out is NULL, parent is unchanged and graft_last_errmsg() says
+ * why.  user is not freed by graft. */
 GRAFT_API graft_status graft_deferred_create(graft_module *parent, const char *name, int n_vars,
                                              graft_variable *const *vars, int n_params,
                                              graft_derive_fn derive, void *user,
                                              graft_module **out);
 
-/* Inside a trace: m's n derived values (n = its n_params), traced on the
- * first use in this trace and the same values for every later use; after
- * an assignment to a tracked variable, the next call sees the new derived
- * values without a retrace.  Fails the trace (sticky) and sets out[] to
- * poison on error. */
+/* Inside a trace: m's n derived values (n = its n_params) in out[].  The
+ * first use in a trace runs derive; later uses in the same trace return
+ * the same handles, unless a variable the values depend on was assigned
+ * in the trace since (then derive runs again, from the assigned values, as
+ * graft_read gives the assigned value).  Nothing is kept across traces,
+ * and variables are read by reference: after an assignment (in a call, or
+ * graft_variable_set) the next call computes new derived values without a
+ * retrace.  A traced function holds the variables it read, not m: its
+ * later calls do not need m, a retrace does.
+ *
+ * Errors fail the trace (sticky), set out[0..n) to poison and return the
+ * trace's status: GRAFT_EINVAL for a NULL m or out, a module that is not
+ * deferred, n != n_params; derive's own error (a number that is not a
+ * graft_status error code becomes GRAFT_EINVAL); GRAFT_EINVAL when derive
+ * leaves a params[i] NULL; GRAFT_EMISUSE when it stores a poison value or
+ * one of another trace, assigns a variable, reads one m does not hold, or
+ * asks for m's own values (directly, or through other deferred modules in
+ * a cycle); GRAFT_EUNSUPPORTED for derives nested more than 64 deep; an op
+ * error inside derive keeps its status, its message prefixed with the
+ * module's name.  The messages name graft_deferred_params and the module.
+ * A failed trace's status is returned as is.  t NULL: GRAFT_EINVAL with
+ * graft_last_errmsg().
+ *
+ * Thread safety: graft_deferred_params only reads m (what a trace derived
+ * lives in the trace), so traces on several threads may use one deferred
+ * module at once. */
 GRAFT_API graft_status graft_deferred_params(graft_trace *t, graft_module *m, int n,
                                              graft_value **out);
 

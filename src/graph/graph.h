@@ -251,6 +251,9 @@ struct graft_trace {
   /* CUSTOM nodes whose VJP rule is running, outermost first. */
   uint32_t vjp_active[GRAFT__MAX_VJP_DEPTH];
   int vjp_depth;
+  /* The values deferred modules derived in this trace (deferred.c; NULL
+   * until one is used). */
+  struct graft__deferred_cache *deferred;
 };
 
 /* What a value handle is to trace t. */
@@ -272,6 +275,9 @@ static inline graft__value_kind graft__trace_value(const graft_trace *t, const g
   if (node) *node = n;
   return GRAFT__VALUE_NODE;
 }
+
+/* Free what deferred modules derived in a trace (deferred.c). */
+void graft__deferred_cache_free(struct graft__deferred_cache *c);
 
 /* Initialise t for tracing into g and make it the calling thread's
  * innermost trace; graft__trace_end (same thread, innermost first) undoes

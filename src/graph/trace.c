@@ -16,6 +16,8 @@ void graft__trace_begin(graft_trace *t, graft__graph *g) {
 
 void graft__trace_end(graft_trace *t) {
   graft__ptrmap_free(&t->cur);
+  graft__deferred_cache_free(t->deferred);
+  t->deferred = NULL;
   if (running == t) running = t->outer;
 }
 
