@@ -64,8 +64,12 @@ typedef struct graft_optimizer_desc {
  * variables of one submodule per variable (named after the variable:
  * "model/dense/w" -> "model_dense_w"; MOMENTUM and NESTEROV: "momentum",
  * ADAM and ADAMW: "m" and "v"), and its step count is the f64 variable
- * "step" (0).  GRAFT_EINVAL (with graft_last_errmsg) for a bad option, a
- * NULL, repeated or integer variable. */
+ * "step" (0); the learning-rate variable, if any, is tracked under "lr"
+ * (a slot module whose name is taken, as for a variable named "step",
+ * gets the next sibling name: "step_1").  GRAFT_EINVAL (with
+ * graft_last_errmsg) for a bad option, a NULL, repeated or integer
+ * variable; GRAFT_EMISUSE for a destroyed one; GRAFT_ENOMEM.  All or
+ * nothing: after a failure parent is as it was. */
 GRAFT_API graft_status graft_optimizer_create(graft_module *parent, const char *name,
                                               const graft_optimizer_desc *desc, int n,
                                               graft_variable *const *vars, graft_module **out);

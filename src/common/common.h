@@ -48,6 +48,11 @@ void graft__vmsgf(char *buf, const char *fmt, va_list ap);
 graft_status graft__fail(graft_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* s, with the last message prefixed by "api: " unless it starts with api
+ * already: a call that failed in a call it made (graft_module_create inside
+ * graft_optimizer_create) names itself. */
+graft_status graft__fail_in(const char *api, graft_status s);
+
 /* Check the dtype, rank, shape pointer, dims and size of a tensor for the
  * public call api ("graft_tensor_create"): GRAFT_OK with *numel (may be
  * NULL), else GRAFT_EDTYPE, GRAFT_EINVAL (bad rank, NULL shape, negative

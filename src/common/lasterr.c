@@ -23,3 +23,10 @@ graft_status graft__fail(graft_status s, const char *fmt, ...) {
   memcpy(last_msg, buf, sizeof buf);
   return s;
 }
+
+graft_status graft__fail_in(const char *api, graft_status s) {
+  size_t n = strlen(api);
+  if (strncmp(last_msg, api, n) != 0 || (last_msg[n] != ':' && last_msg[n] != ' '))
+    graft__fail(s, "%s: %s", api, last_msg);
+  return s;
+}

@@ -174,10 +174,7 @@ GRAFT_API graft_status graft_deferred_create(graft_module *parent, const char *n
   if (st) {
     graft_module_destroy(root);
     graft__free(d);
-    /* graft_module_create's message names it; say which call made it. */
-    if (strncmp(graft_last_errmsg(), api, sizeof api - 1) != 0)
-      graft__fail(st, "%s: %s", api, graft_last_errmsg());
-    return st;
+    return graft__fail_in(api, st); /* graft_module_create's message names it */
   }
   if (parent) {
     take_attributes(m, root);

@@ -3,6 +3,7 @@
  * and cycle refusal, and the freeing of what nothing else holds.  The
  * walks are in module_walk.c, the summary in module_print.c. */
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -310,6 +311,44 @@ static void release(graft_module *m) {
     module_free_storage(x);
     x = next;
   }
+}
+
+/* Rebuild m's attribute index from its entries, in place (a removal:
+ * linear probing has no deletion of its own). */
+static void index_rebuild(graft_module *m) {
+  graft__attr_index *ix = &m->index;
+  if (!ix->cap) return;
+  memset(ix->slot, 0, (size_t)ix->cap * sizeof *ix->slot);
+  ix->n = 0;
+  for (int is_kid = 0; is_kid < 2; is_kid++) {
+    const graft__entry *arr = is_kid ? m->kids : m->vars;
+    int64_t n = is_kid ? m->n_kids : m->n_vars;
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t code = (uint32_t)(i << 2) | (is_kid ? 2u : 0u);
+      size_t base = strcspn(arr[i].attr, "[");
+      index_put(ix, arr[i].attr, arr[i].attr_len, code);
+      if (arr[i].attr[base] && !index_find(m, arr[i].attr, base, 1))
+        index_put(ix, arr[i].attr, base, code | 1);
+    }
+  }
+}
+
+void graft__module_unmake(graft_module *parent, graft_module *m) {
+  if (!parent || parent->n_kids < 1 || parent->kids[parent->n_kids - 1].p != m || m->refs != 1)
+    return; /* not the last module made under parent, or held elsewhere: keep it */
+  graft__entry *e = &parent->kids[--parent->n_kids];
+  /* "name_k": the next sibling of that name may take name_k again */
+  size_t len = strlen(m->name), d = len;
+  while (d > 0 && m->name[d - 1] >= '0' && m->name[d - 1] <= '9') d--;
+  if (d < len && d > 1 && m->name[d - 1] == '_') {
+    graft__entry *holder = index_find(parent, m->name, d - 1, 0);
+    unsigned long k = strtoul(m->name + d, NULL, 10);
+    if (holder && k > 0 && k < holder->next_suffix) holder->next_suffix = (uint32_t)k;
+  }
+  graft__free(e->attr);
+  memset(e, 0, sizeof *e);
+  index_rebuild(parent);
+  release(m);
 }
 
 GRAFT_API void graft_module_destroy(graft_module *m) {

@@ -73,6 +73,13 @@ struct graft_module {
 graft_status graft__module_hold_var(graft_module *m, const char *api, const char *attr,
                                     graft_variable *v, int kind);
 
+/* Undo graft_module_create(parent, ...) of m, when a call that built m
+ * under parent fails later: m must be the last module made under parent
+ * and held nowhere else (else nothing happens).  m and all it holds are
+ * freed, and parent is as before the create (attribute, index, sibling
+ * numbering). */
+void graft__module_unmake(graft_module *parent, graft_module *m);
+
 /* *found = 1 when to is from or lies below it (cycle checks).  GRAFT_OK, or
  * GRAFT_ENOMEM for a tree too large for the walk's stack buffers. */
 graft_status graft__module_reaches(const graft_module *from, const graft_module *to, int *found);

@@ -23,7 +23,7 @@ typedef struct optim {
 
 static void optim_free(void *ext) {
   optim *o = ext;
-  for (int i = 0; i < o->n; i++)
+  for (int i = 0; o->vars && i < o->n; i++)
     if (o->vars[i]) graft__variable_unref(o->vars[i]);
   graft__free(o->vars);
   graft__free(o->slots);
@@ -100,11 +100,16 @@ static void slot_module_name(const char *var, char *out, size_t len) {
   out[j] = '\0';
 }
 
-/* Slots and step of a new optimizer; on failure the module is freed by the
- * caller. */
-static graft_status make_state(graft_module *m, optim *o) {
+/* Step, learning-rate variable and slots of a new optimizer; on failure
+ * the caller undoes the module.  The step and "lr" come first: a slot
+ * module named after a variable "step" or "lr" then takes "step_1" or
+ * "lr_1" (sibling numbering) instead of refusing the optimizer. */
+static graft_status make_state(graft_module *m, optim *o, const char *api) {
   static const char *const names[2][2] = {{"momentum", NULL}, {"m", "v"}};
   int ns = o->n_slots;
+  graft_status st = graft_variable_create(m, "step", GRAFT_F64, 0, NULL, NULL, 0, &o->step);
+  if (!st && o->d.lr_var) st = graft__module_hold_var(m, api, "lr", o->d.lr_var, GRAFT__ENTRY_TRACKED);
+  if (st) return st;
   for (int i = 0; i < o->n; i++) {
     graft_variable *v = o->vars[i];
     const graft_tensor *val = v->value;
@@ -117,7 +122,7 @@ static graft_status make_state(graft_module *m, optim *o) {
                                  graft_tensor_shape(val), NULL, 0, &o->slots[i * ns + s]);
     if (st) return st;
   }
-  return graft_variable_create(m, "step", GRAFT_F64, 0, NULL, NULL, 0, &o->step);
+  return GRAFT_OK;
 }
 
 GRAFT_API graft_status graft_optimizer_create(graft_module *parent, const char *name,
@@ -162,7 +167,7 @@ GRAFT_API graft_status graft_optimizer_create(graft_module *parent, const char *
   st = graft_module_create(parent, name, &m);
   if (st) {
     optim_free(o);
-    return st;
+    return graft__fail_in(api, st);
   }
   for (int i = 0; i < n; i++) {
     graft__variable_ref(vars[i]);
@@ -170,20 +175,13 @@ GRAFT_API graft_status graft_optimizer_create(graft_module *parent, const char *
   }
   m->ext = o;
   m->ext_free = optim_free;
-  st = make_state(m, o);
-  if (!st && d.lr_var) st = graft__module_hold_var(m, api, "lr", d.lr_var, GRAFT__ENTRY_TRACKED);
+  st = make_state(m, o, api);
   if (st) {
-    /* A root is undone.  A module made under a parent is the parent's
-     * (modules are never detached): it stays, half built, as a plain
-     * module that graft_optimizer_apply refuses. */
-    if (!parent) {
-      graft_module_destroy(m);
-    } else {
-      m->ext = NULL;
-      m->ext_free = NULL;
-      optim_free(o);
-    }
-    return st;
+    /* All or nothing: the module, its slots and its holds go, and a
+     * parent is left as it was. */
+    if (!parent) graft_module_destroy(m);
+    else graft__module_unmake(parent, m);
+    return graft__fail_in(api, st);
   }
   *out = m;
   return GRAFT_OK;

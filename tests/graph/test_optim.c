@@ -474,6 +474,105 @@ static void test_graft_optimizer_create__refusals(void **state) {
   graft_variable_destroy(k);
 }
 
+/* Variables named "step" and "lr" (the optimizer's own attributes): their
+ * slot modules take "step_1" and "lr_1". */
+static void test_graft_optimizer_create__variables_named_step_and_lr(void **state) {
+  (void)state;
+  graft_module *root, *opt;
+  graft_variable *step, *lr, *rate;
+  const int64_t s[1] = {2};
+  tu_assert_status(graft_module_create(NULL, "net", &root), GRAFT_OK);
+  tu_assert_status(graft_variable_create(NULL, "step", GRAFT_F32, 1, s, NULL, 0, &step), GRAFT_OK);
+  tu_assert_status(graft_variable_create(NULL, "lr", GRAFT_F64, 1, s, NULL, 0, &lr), GRAFT_OK);
+  tu_assert_status(graft_variable_create(NULL, "rate", GRAFT_F64, 0, NULL, NULL, 0, &rate), GRAFT_OK);
+  graft_variable *vars[2] = {step, lr};
+  graft_optimizer_desc d = {.kind = GRAFT_OPT_MOMENTUM, .lr_var = rate};
+  tu_assert_status(graft_optimizer_create(root, "opt", &d, 2, vars, &opt), GRAFT_OK);
+  paths p = {""};
+  tu_assert_status(graft_module_flatten(opt, collect, &p), GRAFT_OK);
+  assert_string_equal(p.buf, "step=net/opt/step lr=rate step_1.momentum=net/opt/step_1/momentum "
+                             "lr_1.momentum=net/opt/lr_1/momentum");
+  graft_module_destroy(root);
+  graft_variable_destroy(step);
+  graft_variable_destroy(lr);
+  graft_variable_destroy(rate);
+}
+
+/* Every allocation of graft_optimizer_create under a parent failing in
+ * turn: each failure is GRAFT_ENOMEM naming the call and leaves the parent
+ * as it was (no half-built optimizer, the same sibling numbering), and the
+ * variables' reference counts as they were (ASan: nothing leaks). */
+typedef struct armed {
+  long left; /* > 0: fail the left-th allocation from now */
+  int hit;
+} armed;
+
+static void *armed_alloc(void *ctx, size_t size, size_t align) {
+  armed *a = ctx;
+  if (a->left > 0 && --a->left == 0) {
+    a->hit = 1;
+    return NULL;
+  }
+  return aligned_alloc(align, (size + align - 1) / align * align);
+}
+
+static void armed_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+
+static void test_graft_optimizer_create__allocation_failure_changes_nothing(void **state) {
+  (void)state;
+  static armed a;
+  const graft_allocator hook = {armed_alloc, armed_free, &a};
+  a = (armed){0, 0};
+  graft_set_allocator(&hook);
+  graft_module *root, *opt = NULL;
+  graft_variable *w, *b, *rate;
+  const int64_t s[1] = {3};
+  tu_assert_status(graft_module_create(NULL, "net", &root), GRAFT_OK);
+  tu_assert_status(graft_variable_create(root, "w", GRAFT_F32, 1, s, NULL, GRAFT_VAR_TRAINABLE, &w), GRAFT_OK);
+  tu_assert_status(graft_variable_create(root, "b", GRAFT_F64, 1, s, NULL, GRAFT_VAR_TRAINABLE, &b), GRAFT_OK);
+  tu_assert_status(graft_variable_create(root, "rate", GRAFT_F64, 0, NULL, NULL, 0, &rate), GRAFT_OK);
+  graft_module *first;
+  tu_assert_status(graft_module_create(root, "opt", &first), GRAFT_OK); /* "opt": ours is opt_1 */
+  graft_variable *vars[2] = {w, b};
+  graft_optimizer_desc d = {.kind = GRAFT_OPT_ADAM, .lr_var = rate};
+  paths before = {""};
+  tu_assert_status(graft_module_flatten(root, collect, &before), GRAFT_OK);
+  int64_t kids0;
+  tu_assert_status(graft_module_submodules(root, 0, NULL, &kids0), GRAFT_OK);
+  int fails = 0;
+  for (long n = 1;; n++) {
+    a = (armed){n, 0};
+    graft_status st = graft_optimizer_create(root, "opt", &d, 2, vars, &opt);
+    a.left = 0;
+    if (!a.hit) {
+      tu_assert_status(st, GRAFT_OK);
+      break;
+    }
+    tu_assert_status(st, GRAFT_ENOMEM);
+    assert_null(opt);
+    tu_assert_msg_has(graft_last_errmsg(), "graft_optimizer_create");
+    paths now = {""};
+    tu_assert_status(graft_module_flatten(root, collect, &now), GRAFT_OK);
+    assert_string_equal(now.buf, before.buf);
+    int64_t kids;
+    tu_assert_status(graft_module_submodules(root, 0, NULL, &kids), GRAFT_OK);
+    assert_int_equal(kids, kids0);
+    fails++;
+  }
+  assert_true(fails >= 8); /* the state, 2 slot modules, 4 slots, the step, the lr hold */
+  assert_string_equal(graft_module_name(opt), "opt_1");
+  paths p = {""};
+  tu_assert_status(graft_module_flatten(opt, collect, &p), GRAFT_OK);
+  assert_string_equal(p.buf, "step=net/opt_1/step lr=net/rate net_w.m=net/opt_1/net_w/m "
+                             "net_w.v=net/opt_1/net_w/v net_b.m=net/opt_1/net_b/m "
+                             "net_b.v=net/opt_1/net_b/v");
+  graft_module_destroy(root);
+  graft_set_allocator(NULL);
+}
+
 /* In a trace: a wrong gradient, a module that is not an optimizer. */
 typedef struct bad_apply {
   graft_module *opt, *plain;
@@ -619,6 +718,8 @@ int main(void) {
       cmocka_unit_test(test_graft_optimizer_apply__failed_step_changes_nothing),
       cmocka_unit_test(test_graft_optimizer_create__slots_are_module_variables),
       cmocka_unit_test(test_graft_optimizer_create__refusals),
+      cmocka_unit_test(test_graft_optimizer_create__variables_named_step_and_lr),
+      cmocka_unit_test(test_graft_optimizer_create__allocation_failure_changes_nothing),
       cmocka_unit_test(test_graft_optimizer_apply__refusals),
       cmocka_unit_test(test_graft_optimizer_apply__stages_when_it_must),
   };
