@@ -337,11 +337,13 @@ void graft__module_unmake(graft_module *parent, graft_module *m) {
   if (!parent || parent->n_kids < 1 || parent->kids[parent->n_kids - 1].p != m || m->refs != 1)
     return; /* not the last module made under parent, or held elsewhere: keep it */
   graft__entry *e = &parent->kids[--parent->n_kids];
-  /* "name_k": the next sibling of that name may take name_k again */
+  /* "name_k": the next sibling of that name may take name_k again.  The
+   * holder is found as graft_module_create found it: a list ("layers"
+   * when "layers[0]" exists) holds its name too. */
   size_t len = strlen(m->name), d = len;
   while (d > 0 && m->name[d - 1] >= '0' && m->name[d - 1] <= '9') d--;
   if (d < len && d > 1 && m->name[d - 1] == '_') {
-    graft__entry *holder = index_find(parent, m->name, d - 1, 0);
+    graft__entry *holder = (graft__entry *)attr_taken(parent, m->name, d - 1, 0);
     unsigned long k = strtoul(m->name + d, NULL, 10);
     if (holder && k > 0 && k < holder->next_suffix) holder->next_suffix = (uint32_t)k;
   }

@@ -10,9 +10,14 @@
 
 static _Atomic int64_t live_bytes;
 static _Atomic int64_t refusals;
+static _Atomic int64_t fail_countdown; /* fz_budget_fail_nth: refuse when it reaches 0 */
 
 static void *budget_alloc(void *ctx, size_t size, size_t align) {
   (void)ctx;
+  if (atomic_load(&fail_countdown) > 0 && atomic_fetch_sub(&fail_countdown, 1) == 1) {
+    atomic_fetch_add(&refusals, 1);
+    return NULL;
+  }
   if (size > (size_t)FZ_BLOCK_LIMIT) {
     atomic_fetch_add(&refusals, 1);
     return NULL;
@@ -51,3 +56,7 @@ void fz_budget_install(void) {
 }
 
 int64_t fz_budget_refusals(void) { return atomic_load(&refusals); }
+
+void fz_budget_fail_nth(int64_t n) { atomic_store(&fail_countdown, n > 0 ? n : 0); }
+
+int64_t fz_budget_live(void) { return atomic_load(&live_bytes); }

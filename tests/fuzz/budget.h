@@ -24,4 +24,13 @@ void fz_budget_install(void);
 /* Allocations refused since the process started. */
 int64_t fz_budget_refusals(void);
 
+/* Refuse the n-th allocation from now (1: the next one) once, counted as a
+ * refusal; 0 cancels a pending one.  For targets that check what a failed
+ * allocation leaves behind (the module target). */
+void fz_budget_fail_nth(int64_t n);
+
+/* Bytes of the library's blocks live now (with their headers): a target
+ * that frees everything it made checks that this returns to where it was. */
+int64_t fz_budget_live(void);
+
 #endif /* GRAFT_FUZZ_BUDGET_H */

@@ -846,6 +846,44 @@ static void test_graft_module_variables__concurrent_walks_of_one_tree(void **sta
   graft_module_destroy(t.root);
 }
 
+/* ---- undoing a create (found by the module fuzz target) ---------------------------- */
+
+/* graft__module_unmake gives a name taken by sibling numbering back: the
+ * next module of that name takes it again, as if the undone one had never
+ * been made.  The holder of the name may be a list ("layers" when
+ * "layers[0]" exists): before the fix its numbering was not given back
+ * and the next "layers" became layers_2 while layers_1 was free
+ * (tests/fuzz/corpus/module/regress-optim-unmake-list-numbering, an
+ * optimizer named "layers" failing under such a parent). */
+static void test_graft__module_unmake__gives_the_numbered_name_back(void **state) {
+  (void)state;
+  graft_module *root = make_module(NULL, "m");
+  graft_module *x = make_module(root, "x");
+  attach(root, "layers[0]", x);
+  make_var(root, "w", 2, 0, 0);
+  const char *const names[] = {"layers", "w", "x"};
+  for (size_t i = 0; i < TU_N_OF(names); i++) {
+    char want[32];
+    snprintf(want, sizeof want, "%s_1", names[i]);
+    graft_module *undone = make_module(root, names[i]);
+    assert_string_equal(graft_module_name(undone), want);
+    graft__module_unmake(root, undone);
+    graft_module *again = make_module(root, names[i]);
+    assert_string_equal(graft_module_name(again), want);
+    snprintf(want, sizeof want, "m/%s_1/", names[i]);
+    assert_string_equal(graft_module_scope(again), want);
+  }
+  /* the tree is as the creates left it: x (twice), layers_1, w_1, x_1 */
+  graft_module *got[8];
+  int64_t n = 0;
+  tu_assert_status(graft_module_submodules(root, 8, got, &n), GRAFT_OK);
+  assert_int_equal(n, 4);
+  assert_string_equal(graft_module_name(got[1]), "layers_1");
+  assert_string_equal(graft_module_name(got[2]), "w_1");
+  assert_string_equal(graft_module_name(got[3]), "x_1");
+  graft_module_destroy(root);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graft_module_create__names_scopes_and_variable_names),
@@ -866,6 +904,7 @@ int main(void) {
       cmocka_unit_test(test_graft_module_variables__large_and_deep_trees),
       cmocka_unit_test(test_graft_module_variables__concurrent_walks_of_one_tree),
       cmocka_unit_test(test_graft_module_create__out_of_memory_changes_nothing),
+      cmocka_unit_test(test_graft__module_unmake__gives_the_numbered_name_back),
   };
   return cmocka_run_group_tests_name("graph/module", tests, tu_group_setup, tu_group_teardown);
 }
