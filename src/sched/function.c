@@ -542,15 +542,16 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
     graft__free(ids);
     return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
   }
-  /* Assigns the plan allows go straight into their variable under the same
-   * condition, unless the variable's memory is also a tensor of this call;
-   * the others write to the arena and are copied at commit. */
+  /* Assigns the plan allows go straight into their variable (the plan
+   * orders them after every op that may fail on data), unless a fault is
+   * injected or the variable's memory is also a tensor of this call; the
+   * others write to the arena and are copied at commit. */
   size_t fallback_at = 0;
   for (uint32_t k = 0; k < p->n_assigns; k++) {
     uint32_t id = p->assigns[k];
     const graft__node *n = graft__graph_node(g, id);
     graft_variable *const *vs;
-    int nv = graft__node_writes(n, &vs), dir = p->assign_direct[k] && !may_fail;
+    int nv = graft__node_writes(n, &vs), dir = p->assign_direct[k] && !graft__exec_fault_hook;
     for (int j = 0; j < nv && dir; j++) {
       const uint32_t *vk = graft__ptrmap_get(&g->var_set, vs[j]);
       dir = vk && !var_hit[*vk];

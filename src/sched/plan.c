@@ -216,6 +216,10 @@ static uint32_t var_first(const var_at *l, uint32_t len, uintptr_t var) {
  * in all; past them the remaining assigns stay staged. */
 #define DIRECT_ASSIGN_WORK 50000000
 
+/* Ordering edges from ops that may fail on data to direct assigns, in all;
+ * past them the remaining assigns stay staged. */
+#define FALLIBLE_EDGES 65536
+
 /* Assigns that may write straight into their variables (see sched.h), and
  * the ordering edges that make it safe.  Needs the successor lists of a
  * first link.  Each candidate walks its descendants (an update at the end
@@ -274,6 +278,16 @@ static graft_status find_direct_assigns(graft__plan *p) {
   qsort(readers, n_readers, sizeof *readers, by_var_at);
   qsort(assigned, n_assigned, sizeof *assigned, by_var_at);
   qsort(outs, n_outs, sizeof *outs, by_var_at);
+  /* The nodes that may fail on data: a direct assign waits for them all,
+   * so by the time it writes, nothing can fail the call any more (an
+   * executor runs nothing after a failure: seq returns, ws and omp cancel
+   * before the next task).  Past FALLIBLE_EDGES edges in all, assigns stay
+   * staged. */
+  uint32_t *fall = graft__malloc((n ? n : 1) * sizeof *fall), n_fall = 0;
+  if (!fall) goto out;
+  for (uint32_t i = 0; i < n; i++)
+    if (graft__ops[graft__graph_node(g, p->order[i])->op].flags & GRAFT__OPF_FALLIBLE) fall[n_fall++] = i;
+  int64_t fall_edges = 0;
   int64_t cap = 0, lcap = 0, work = 0;
   for (uint32_t k = 0; k < na && work <= DIRECT_ASSIGN_WORK; k++) {
     uint32_t a = p->assigns[k];
@@ -327,13 +341,25 @@ static graft_status find_direct_assigns(graft__plan *p) {
         }
       }
     }
+    ok = ok && fall_edges + n_fall <= FALLIBLE_EDGES;
+    for (uint32_t f = 0; f < n_fall && ok; f++) {
+      ok = mark[fall[f]] != k + 1; /* a check that reads the assign's result: stage */
+      if (ok) {
+        if (graft__grow((void **)&p->war, &cap, 2 * ((int64_t)p->n_war + 1), sizeof *p->war))
+          goto out;
+        p->war[2 * p->n_war] = p->order[fall[f]];
+        p->war[2 * p->n_war + 1] = a;
+        p->n_war++;
+      }
+    }
     if (!ok) {
       p->n_war = (uint32_t)first;
       continue;
     }
+    fall_edges += n_fall;
     p->assign_direct[k] = 1;
     p->stats.direct_assigns++;
-    if (an->op == GRAFT__OP_UPDATE && !p->fallible) p->unstaged[a] = 1;
+    if (an->op == GRAFT__OP_UPDATE) p->unstaged[a] = 1;
     if (graft__grow((void **)&wlink, &lcap, p->n_war, sizeof *wlink)) goto out;
     for (uint32_t w = (uint32_t)first; w < p->n_war; w++) {
       uint32_t r = pos[p->war[2 * w]];
@@ -363,6 +389,7 @@ out:
   graft__free(readers);
   graft__free(assigned);
   graft__free(outs);
+  graft__free(fall);
   if (st == GRAFT_OK && p->n_war) {
     /* Link again with the new edges: they may point backwards in the
      * trace's order, and reorder's walk must see them. */

@@ -51,17 +51,19 @@ typedef struct graft__plan {
   uint32_t n_var_reads;
   uint32_t *assigns;        /* ASSIGN node ids in compile order: committed */
   uint32_t n_assigns;
-  /* Per assign: 1 when it may write straight into its variable (calls that
-   * cannot fail do; others stage it in the arena and copy at commit).  Such
-   * an assign is its variable's only one, no output is a read of the
-   * variable, and every node that reads the variable's old value precedes
-   * it: link adds those ordering edges (war, pairs reader id, assign id,
-   * sorted by assign id). */
+  /* Per assign: 1 when it may write straight into its variable (else it
+   * is staged in the arena and copied at commit).  Such an assign is its
+   * variable's only one, no output is a read of the variable, and every
+   * node that reads the variable's old value, and every node that may fail
+   * on data, precedes it: link adds those ordering edges (war, pairs
+   * reader or fallible node id, assign id, sorted by assign id), so once it
+   * runs nothing can fail the call.  Calls with an injected fault stage
+   * every assign. */
   uint8_t *assign_direct;
   graft__tview *upd_dst;    /* the destination views of the UPDATE nodes
                                (kargs.in past n_in): data set every call */
   /* Per graph node: 1 for an optimizer step the plan writes in place
-   * (direct, in a plan that cannot fail on data): its packed value gets no
+   * (direct): its packed value gets no
    * arena bytes.  A call that must stage it anyway (a variable shared with
    * a call tensor, an injected fault) uses the fallback block instead. */
   uint8_t *unstaged;

@@ -17,6 +17,12 @@
 #include "testutil.h"
 #include "sched/sched.h" /* graft__exec_fault_hook, graft__function_plan */
 
+/* The bytes of a small module's variables, in walk order. */
+typedef struct snap_t {
+  unsigned char bytes[4096];
+  size_t n;
+} snap_t;
+
 TU_SUPPRESS_GOMP_TASK_LEAK();
 
 enum { N_STEPS = 20 };
@@ -338,10 +344,16 @@ static void test_graft_optimizer_apply__lr_variable_schedule(void **state) {
 }
 
 /* A step that fails (a label out of range) changes neither the weights,
- * nor the slots, nor the step count, on every executor. */
+ * nor the slots, nor the step count, on every executor and thread count.
+ * The plan writes the step in place (direct): it orders the step after
+ * the label check, so the check has passed when the step writes.  A check
+ * that reads the stepped weights (after == 1: a second loss on them) comes
+ * after the step: the step is staged instead, and a failure there changes
+ * nothing either. */
 typedef struct xent_step {
   graft_module *root, *opt;
   graft_variable *w;
+  int after;
 } xent_step;
 
 static graft_status xent_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
@@ -353,53 +365,84 @@ static graft_status xent_cb(graft_trace *t, int n_in, graft_value *const *in, in
   graft_status st = graft_gradients(t, 1, &loss, NULL, 1, &w, GRAFT_UNCONNECTED_ZERO, &g);
   if (!st) st = graft_optimizer_apply(t, s->opt, 1, &g);
   out[0] = graft_scalar(t, GRAFT_F32, 0); /* nothing needs the loss */
+  if (s->after) /* the loss on the stepped weights, checked after the step */
+    out[0] = graft_softmax_cross_entropy(t, graft_matmul(t, in[0], graft_read(t, s->w), 0), in[2]);
   return st;
 }
 
-static graft_status snapshot(const char *path, graft_variable *v, void *user) {
-  (void)path;
-  double *sum = user;
-  for (int64_t i = 0; i < graft_tensor_numel(graft_variable_value(v)); i++)
-    *sum = *sum * 1.0001 + tu_get(graft_variable_value(v), i);
-  return GRAFT_OK;
+static snap_t module_bytes(const graft_module *m) {
+  graft_variable *v[8];
+  int64_t n = 0;
+  tu_assert_status(graft_module_variables(m, 8, v, &n), GRAFT_OK);
+  snap_t s = {{0}, 0};
+  for (int64_t i = 0; i < n; i++) {
+    const graft_tensor *t = graft_variable_value(v[i]);
+    size_t b = (size_t)graft_tensor_numel(t) * graft_dtype_size(graft_tensor_dtype(t));
+    assert_true(s.n + b <= sizeof s.bytes);
+    memcpy(s.bytes + s.n, graft_tensor_data(t), b);
+    s.n += b;
+  }
+  return s;
 }
 
 static void test_graft_optimizer_apply__failed_step_changes_nothing(void **state) {
   (void)state;
-  const char *const scheds[3] = {"seq", "ws", "omp"};
-  for (int s = 0; s < 3; s++) {
-    xent_step m;
-    tu_assert_status(graft_module_create(NULL, "clf", &m.root), GRAFT_OK);
-    const int64_t ws[2] = {4, 3};
-    float w0[12];
-    for (int i = 0; i < 12; i++) w0[i] = 0.1f * (float)(i - 6);
-    tu_assert_status(graft_variable_create(m.root, "w", GRAFT_F32, 2, ws, w0, GRAFT_VAR_TRAINABLE, &m.w),
-                     GRAFT_OK);
-    graft_optimizer_desc d = {.kind = GRAFT_OPT_ADAM, .lr = 0.1};
-    tu_assert_status(graft_optimizer_create(m.root, "opt", &d, 1, &m.w, &m.opt), GRAFT_OK);
-    graft_runtime *rt = tu_runtime_of(scheds[s], s ? 3 : 1, 0);
-    graft_function *f = tu_function(rt, "step", xent_cb, &m, 2, 1, NULL);
-    const int64_t xs[2] = {2, 4}, ls[1] = {2};
-    const double xv[8] = {1, 2, 3, 4, -1, 0, 1, 2}, good[2] = {0, 2}, bad[2] = {0, 7};
-    graft_tensor *x = tu_tensor_from(GRAFT_F32, 2, xs, xv);
-    graft_tensor *lg = tu_tensor_from(GRAFT_I32, 1, ls, good), *lb = tu_tensor_from(GRAFT_I32, 1, ls, bad);
-    graft_tensor *in_good[2] = {x, lg}, *in_bad[2] = {x, lb}, *out = NULL;
-    tu_assert_call_ok(f, 2, in_good, 1, &out); /* slots and step now nonzero */
-    graft_tensor_destroy(out);
-    out = NULL;
-    double before = 0, after = 0;
-    tu_assert_status(graft_module_flatten(m.root, snapshot, &before), GRAFT_OK);
-    tu_assert_status(graft_function_call(f, 2, in_bad, 1, &out), GRAFT_EINVAL);
-    tu_assert_msg_has(graft_function_errmsg(f), "softmax_cross_entropy");
-    tu_assert_status(graft_module_flatten(m.root, snapshot, &after), GRAFT_OK);
-    if (before != after) fail_msg("%s: a failed step changed the module", scheds[s]);
-    graft_tensor_destroy(x);
-    graft_tensor_destroy(lg);
-    graft_tensor_destroy(lb);
-    graft_function_destroy(f);
-    graft_runtime_destroy(rt);
-    graft_module_destroy(m.root);
+  enum { B = 64, K = 16, C = 5 };
+  const struct {
+    const char *sched;
+    int threads;
+  } runs[] = {{"seq", 1}, {"ws", 1}, {"ws", 2}, {"ws", 8}, {"omp", 3}};
+  tu_rng r = {3};
+  graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, (int64_t[]){B, K}, -1, 1);
+  double good[B], bad[B];
+  for (int i = 0; i < B; i++) good[i] = bad[i] = i % C;
+  bad[B - 1] = C + 2;
+  graft_tensor *lg = tu_tensor_from(GRAFT_I32, 1, (int64_t[]){B}, good);
+  graft_tensor *lb = tu_tensor_from(GRAFT_I32, 1, (int64_t[]){B}, bad);
+  for (int after = 0; after < 2; after++) {
+    for (size_t q = 0; q < TU_N_OF(runs); q++) {
+      for (int which = 0; which < (after ? 2 : 1); which++) { /* after: the first or second check fails */
+        xent_step m = {.after = after};
+        tu_assert_status(graft_module_create(NULL, "clf", &m.root), GRAFT_OK);
+        float w0[K * C];
+        for (int i = 0; i < K * C; i++) w0[i] = 0.1f * (float)(i % 13 - 6);
+        tu_assert_status(graft_variable_create(m.root, "w", GRAFT_F32, 2, (int64_t[]){K, C}, w0,
+                                               GRAFT_VAR_TRAINABLE, &m.w),
+                         GRAFT_OK);
+        graft_optimizer_desc d = {.kind = GRAFT_OPT_ADAM, .lr = 0.1};
+        tu_assert_status(graft_optimizer_create(m.root, "opt", &d, 1, &m.w, &m.opt), GRAFT_OK);
+        graft_runtime *rt = tu_runtime_of(runs[q].sched, runs[q].threads, 16);
+        graft_function *f = tu_function(rt, "step", xent_cb, &m, 2 + after, 1, NULL);
+        graft_tensor *in_good[3] = {x, lg, lg}, *in_bad[3] = {x, which ? lg : lb, which ? lb : lg};
+        graft_tensor *out = NULL;
+        tu_assert_call_ok(f, 2 + after, in_good, 1, &out); /* slots and step now nonzero */
+        graft_tensor_destroy(out);
+        out = NULL;
+        graft_plan_stats st;
+        tu_assert_status(graft_function_stats(f, &st), GRAFT_OK);
+        /* the step of w and the step count in place, unless a check follows */
+        assert_int_equal(st.direct_assigns, after ? 1 : 2);
+        const graft__plan *p = graft__function_plan(f);
+        int unstaged = -1; /* written in place: the packed value has no arena bytes */
+        for (uint32_t k = 0; k < p->n_assigns; k++)
+          if (graft__graph_node(p->g, p->assigns[k])->op == GRAFT__OP_UPDATE) unstaged = p->unstaged[p->assigns[k]];
+        assert_int_equal(unstaged, !after);
+        snap_t before = module_bytes(m.root);
+        tu_assert_status(graft_function_call(f, 2 + after, in_bad, 1, &out), GRAFT_EINVAL);
+        tu_assert_msg_has(graft_function_errmsg(f), "softmax_cross_entropy");
+        snap_t now = module_bytes(m.root);
+        if (now.n != before.n || memcmp(now.bytes, before.bytes, now.n))
+          fail_msg("%s x%d, after %d, check %d: a failed step changed the module", runs[q].sched,
+                   runs[q].threads, after, which);
+        graft_function_destroy(f);
+        graft_runtime_destroy(rt);
+        graft_module_destroy(m.root);
+      }
+    }
   }
+  graft_tensor_destroy(x);
+  graft_tensor_destroy(lg);
+  graft_tensor_destroy(lb);
 }
 
 /* The slots and the step count are the optimizer's module variables. */
