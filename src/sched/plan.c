@@ -240,6 +240,7 @@ static graft_status find_direct_assigns(graft__plan *p) {
   /* Edges accepted so far, from each reader: later candidates must not
    * close a cycle through them (two assigns swapping two variables). */
   uint32_t *whead = graft__malloc((n ? n : 1) * sizeof *whead), *wlink = NULL;
+  uint32_t *fall = NULL, n_fall = 0; /* order positions of the ops that may fail on data */
   int64_t n_writes = 0;
   for (uint32_t k = 0; k < na; k++) {
     graft_variable *const *vs;
@@ -283,7 +284,7 @@ static graft_status find_direct_assigns(graft__plan *p) {
    * executor runs nothing after a failure: seq returns, ws and omp cancel
    * before the next task).  Past FALLIBLE_EDGES edges in all, assigns stay
    * staged. */
-  uint32_t *fall = graft__malloc((n ? n : 1) * sizeof *fall), n_fall = 0;
+  fall = graft__malloc((n ? n : 1) * sizeof *fall);
   if (!fall) goto out;
   for (uint32_t i = 0; i < n; i++)
     if (graft__ops[graft__graph_node(g, p->order[i])->op].flags & GRAFT__OPF_FALLIBLE) fall[n_fall++] = i;
