@@ -11,8 +11,14 @@
 #                        LLVM's OpenMP runtime and its Archer tool)
 #   make stress          the `stress` suite only (left out of `make test`)
 #   make demo            build and run examples/quickstart (writes quickstart.dot here)
-#   make bench           build and run every bench/bench_* program
-#   make install         meson install (PREFIX=/usr/local, DESTDIR honoured)
+#   make bench           build and run every bench/bench_* program (--json):
+#                        prints each one's tables, collects every row in
+#                        BENCH_JSON (build/bench-results.jsonl)
+#   make bench-table     write BENCH_JSON's tables into docs/benchmarks.md
+#   make install         meson install into PREFIX (/usr/local) and LIBDIR
+#                        (lib/<multiarch>, e.g. lib/x86_64-linux-gnu, else lib),
+#                        DESTDIR honoured; then ldconfig when run as root
+#                        without DESTDIR
 #   make clean           remove the build directories and quickstart.dot
 #   make deps            install missing Debian packages (root) or say how
 #   make fuzz            build the libFuzzer targets in ./build-fuzz (clang) and
@@ -22,9 +28,10 @@
 #   make fuzz-merge      add the inputs of the last `make fuzz` that reach new
 #                        coverage to tests/fuzz/corpus (then review and commit)
 #
-# Variables: BUILD, ASAN_BUILD, TSAN_BUILD, PREFIX, SUITES="graph sched" (--suite each),
+# Variables: BUILD, ASAN_BUILD, TSAN_BUILD, PREFIX, LIBDIR, BENCH_JSON,
+# SUITES="graph sched" (--suite each),
 # TSAN_SUITES (default "sched graph common"), TSAN_ARCHER (path of libarcher.so),
-# MESON_TEST_ARGS, MESON_SETUP_ARGS, BENCH_ARGS (e.g. --json),
+# MESON_TEST_ARGS, MESON_SETUP_ARGS, BENCH_ARGS (more options for each bench),
 # STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check),
 # FUZZ_BUILD, FUZZ_SECONDS (per target, default 60), FUZZ_TARGETS, FUZZ_ARGS
 # (more libFuzzer flags, e.g. -jobs=2), TEST_FUZZ_SECONDS (make test's fuzzing
@@ -35,6 +42,12 @@ BUILD           ?= build
 ASAN_BUILD      ?= build-asan
 TSAN_BUILD      ?= build-tsan
 PREFIX          ?= /usr/local
+# The library, graft.pc and the CMake package go to PREFIX/LIBDIR: Debian's
+# multiarch directory when the compiler names one, else lib.  pkg-config's
+# default path and ld.so.conf cover both for /usr/local and /usr on Debian;
+# meson's own default without dpkg-dev (dpkg-architecture) is lib64, which
+# neither searches there.
+LIBDIR          ?= $(or $(addprefix lib/,$(shell $(CC) -print-multiarch 2>/dev/null)),lib)
 SUITES          ?=
 MESON_TEST_ARGS ?=
 MESON_SETUP_ARGS ?=
@@ -42,9 +55,12 @@ BENCH_ARGS      ?=
 STRESS_COUNT    ?=
 NO_DEPS         ?=
 
-DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev libjansson-dev
+# python3: tests/readme and bench/bench_table.py; cmake: the install test's
+# find_package(graft) consumer; libudev-dev: `pkg-config --static --libs
+# graft` names -ludev (libhwloc.a's own dependency).
+DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev libjansson-dev python3 cmake libudev-dev
 
-SETUP_ARGS      := --prefix=$(PREFIX) $(MESON_SETUP_ARGS)
+SETUP_ARGS      := --prefix=$(PREFIX) --libdir=$(LIBDIR) $(MESON_SETUP_ARGS)
 ASAN_SETUP_ARGS := $(SETUP_ARGS) -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 TSAN_SETUP_ARGS := $(SETUP_ARGS) -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug
 
@@ -80,8 +96,9 @@ TSAN_ENV  := OMP_TOOL_LIBRARIES=$(TSAN_ARCHER) \
 TSAN_TEST_ARGS = --print-errorlogs -v $(foreach s,$(TSAN_SUITES),--suite $(s)) \
                  --no-suite stress $(MESON_TEST_ARGS)
 
-# A user-given PREFIX also applies to an already configured build directory.
-ifneq ($(filter command line environment,$(origin PREFIX)),)
+# A user-given PREFIX (or LIBDIR) also applies to an already configured
+# build directory.
+ifneq ($(filter command line environment,$(origin PREFIX) $(origin LIBDIR)),)
 RECONFIGURE_PREFIX := 1
 endif
 
@@ -119,13 +136,13 @@ define tsan_build_and_test
   $(call build_and_test,$(TSAN_BUILD),$(TSAN_SETUP_ARGS),$(TSAN_ENV),$(TSAN_TEST_ARGS)) )
 endef
 
-.PHONY: all build deps test tsan stress demo bench install clean help
+.PHONY: all build deps test tsan stress demo bench bench-table install clean help
 
 all: build
 
 build: deps
 	@$(call configure,$(BUILD),$(SETUP_ARGS))
-	$(if $(RECONFIGURE_PREFIX),$(MESON) configure $(BUILD) --prefix=$(PREFIX))
+	$(if $(RECONFIGURE_PREFIX),$(MESON) configure $(BUILD) --prefix=$(PREFIX) --libdir=$(LIBDIR))
 	$(if $(STRESS_COUNT),$(MESON) configure $(BUILD) -Dstress_count=$(STRESS_COUNT))
 	$(MESON) compile -C $(BUILD)
 
@@ -177,18 +194,47 @@ stress: build
 demo: build
 	$(BUILD)/examples/quickstart
 
+# Every benchmark runs once, with --json, into BENCH_JSON (bench_table.py
+# says what the file holds): a {"type":"run"} line (date, kernel), then each
+# program's lines tagged "bench":"bench_<topic>" (its header has the name
+# already) and a {"type":"exit","status":N} line; its tables print as it
+# ends.  The file is replaced at the end of the run only, so an interrupted
+# run leaves the last full one.
+BENCH_JSON  ?= $(BUILD)/bench-results.jsonl
+BENCH_TABLE := python3 bench/bench_table.py
+
 bench: build
-	@rc=0; found=0; \
+	@rc=0; found=0; part="$(BENCH_JSON).part"; one="$(BENCH_JSON).one"; \
+	printf '{"type":"run","date":"%s","kernel":"%s","machine":"%s"}\n' \
+	  "$$(date -u '+%Y-%m-%d %H:%M UTC')" "$$(uname -sr)" "$$(uname -m)" >"$$part" || exit 1; \
 	for b in $(BUILD)/bench/bench_*; do \
 	  if [ -f "$$b" ] && [ -x "$$b" ]; then \
-	    found=1; echo "==> $$b $(BENCH_ARGS)"; "$$b" $(BENCH_ARGS) || rc=1; \
+	    found=1; name=$${b##*/}; echo "==> $$b --json $(BENCH_ARGS)"; \
+	    "$$b" --json $(BENCH_ARGS) >"$$one"; status=$$?; [ $$status -eq 0 ] || rc=1; \
+	    sed '/^{"type":"header"/!s/^{/{"bench":"'"$$name"'",/' "$$one" >>"$$part"; \
+	    printf '{"bench":"%s","type":"exit","status":%d}\n' "$$name" $$status >>"$$part"; \
+	    $(BENCH_TABLE) --bench "$$name" "$$part" || rc=1; echo; \
 	  fi; \
 	done; \
-	if [ $$found -eq 0 ]; then echo "graft: no benchmarks in $(BUILD)/bench"; fi; \
+	rm -f "$$one"; \
+	if [ $$found -eq 0 ]; then echo "graft: no benchmarks in $(BUILD)/bench"; rm -f "$$part"; exit 1; fi; \
+	mv "$$part" "$(BENCH_JSON)" && \
+	echo "==> every row: $(BENCH_JSON); make bench-table writes the tables into docs/benchmarks.md"; \
 	exit $$rc
 
+bench-table:
+	@if [ ! -f "$(BENCH_JSON)" ]; then echo "graft: no $(BENCH_JSON): run make bench first" >&2; exit 1; fi
+	$(BENCH_TABLE) --update docs/benchmarks.md "$(BENCH_JSON)"
+
+# meson 1.0 leaves the loader's cache as it was: without ldconfig a program
+# does not find a libgraft.so.0 new in /usr/local/lib/... until the next
+# ldconfig run.  Not for a DESTDIR (a staging tree), nor without root (a
+# prefix of one's own, searched through LD_LIBRARY_PATH or an rpath).
 install: build
 	$(MESON) install -C $(BUILD) $(if $(DESTDIR),--destdir "$(DESTDIR)")
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then \
+	  echo "ldconfig"; PATH="$$PATH:/sbin:/usr/sbin" ldconfig; \
+	fi
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) quickstart.dot
