@@ -81,7 +81,7 @@ else
   step "graft.pc through PKG_CONFIG_PATH ($prefix is not a system prefix)"
 fi
 pcdir=$(pkg-config --variable=pcfiledir graft 2>"$log") ||
-  fail "pkg-config does not find graft.pc, installed in $libdir_abs/pkgconfig, on $default_pc_path" "$log"
+  fail "pkg-config does not find graft.pc, installed in $libdir_abs/pkgconfig, on $default_pc_path (meson's default libdir without dpkg-dev is lib64: configure with make, which sets --libdir, or meson configure $build --libdir=lib/\$(cc -print-multiarch))" "$log"
 [ "$pcdir" = "$root$libdir_abs/pkgconfig" ] ||
   fail "pkg-config found graft.pc in $pcdir, not in this test's install $root$libdir_abs/pkgconfig"
 
