@@ -195,18 +195,21 @@ demo: build
 	$(BUILD)/examples/quickstart
 
 # Every benchmark runs once, with --json, into BENCH_JSON (bench_table.py
-# says what the file holds): a {"type":"run"} line (date, kernel), then each
-# program's lines tagged "bench":"bench_<topic>" (its header has the name
-# already) and a {"type":"exit","status":N} line; its tables print as it
-# ends.  The file is replaced at the end of the run only, so an interrupted
-# run leaves the last full one.
+# says what the file holds): a {"type":"run"} line (date, kernel, memory,
+# load average), then each program's lines tagged "bench":"bench_<topic>"
+# (its header has the name already) and a {"type":"exit","status":N} line,
+# and a {"type":"run_end"} line (date, load average); each program's tables
+# print as it ends.  The file is replaced at the end of the run only, so an
+# interrupted run leaves the last full one.
 BENCH_JSON  ?= $(BUILD)/bench-results.jsonl
 BENCH_TABLE := python3 bench/bench_table.py
 
 bench: build
 	@rc=0; found=0; part="$(BENCH_JSON).part"; one="$(BENCH_JSON).one"; \
-	printf '{"type":"run","date":"%s","kernel":"%s","machine":"%s"}\n' \
-	  "$$(date -u '+%Y-%m-%d %H:%M UTC')" "$$(uname -sr)" "$$(uname -m)" >"$$part" || exit 1; \
+	printf '{"type":"run","date":"%s","kernel":"%s","machine":"%s","memory":"%s","load":"%s"}\n' \
+	  "$$(date -u '+%Y-%m-%d %H:%M UTC')" "$$(uname -sr)" "$$(uname -m)" \
+	  "$$(awk '/^MemTotal:/ { printf "%.0f GiB", $$2 / 1048576 }' /proc/meminfo 2>/dev/null)" \
+	  "$$(cut -d ' ' -f 1-3 /proc/loadavg 2>/dev/null)" >"$$part" || exit 1; \
 	for b in $(BUILD)/bench/bench_*; do \
 	  if [ -f "$$b" ] && [ -x "$$b" ]; then \
 	    found=1; name=$${b##*/}; echo "==> $$b --json $(BENCH_ARGS)"; \
@@ -217,6 +220,8 @@ bench: build
 	  fi; \
 	done; \
 	rm -f "$$one"; \
+	printf '{"type":"run_end","date":"%s","load":"%s"}\n' \
+	  "$$(date -u '+%Y-%m-%d %H:%M UTC')" "$$(cut -d ' ' -f 1-3 /proc/loadavg 2>/dev/null)" >>"$$part"; \
 	if [ $$found -eq 0 ]; then echo "graft: no benchmarks in $(BUILD)/bench"; rm -f "$$part"; exit 1; fi; \
 	mv "$$part" "$(BENCH_JSON)" && \
 	echo "==> every row: $(BENCH_JSON); make bench-table writes the tables into docs/benchmarks.md"; \

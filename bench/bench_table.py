@@ -9,9 +9,10 @@
       without the markers gets them, and the tables, at its end.
 
 RESULTS.jsonl has one JSON object per line (`make bench` writes it): a
-{"type":"run"} line (date, kernel, CPUs), then for each benchmark its own
---json lines, each tagged "bench":"bench_<topic>" (its header carries the
-name already), and a {"type":"exit","status":N} line.  Each benchmark gets
+{"type":"run"} line (date, kernel, memory, load average), then for each
+benchmark its own --json lines, each tagged "bench":"bench_<topic>" (its
+header carries the name already), and a {"type":"exit","status":N} line,
+then a {"type":"run_end"} line (date, load average).  Each benchmark gets
 a heading with its exit status, its header's own fields (CPU, compiler and
 commit go to the machine line at the top), one table per kind of row
 ("row", "stats", "check", ...: the columns are the keys in order of first
@@ -29,11 +30,11 @@ MACHINE_KEYS = ("cpu", "compiler", "commit", "nproc", "online_cpus")
 
 
 def load(path, only=None):
-    """(run record or None, {bench: {"header", "footer", "exit", "rows"}} in
-    file order, count of lines that are not JSON objects).  A bad line counts
+    """(run records {"run", "run_end"}, {bench: {"header", "footer", "exit",
+    "rows"}} in file order, count of lines that are not JSON objects).  A bad line counts
     for the benchmark of the line before it; with only, only that
     benchmark's are reported and counted."""
-    run, benches, bad, current = None, {}, 0, None
+    run, benches, bad, current = {}, {}, 0, None
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -49,8 +50,8 @@ def load(path, only=None):
                     bad += 1
                 continue
             kind = obj.get("type")
-            if kind == "run":
-                run = obj
+            if kind in ("run", "run_end"):
+                run[kind] = obj
                 continue
             name = current = obj.get("bench", "(no bench name)")
             b = benches.setdefault(name, {"header": None, "footer": None, "exit": None, "rows": []})
@@ -90,12 +91,21 @@ def machine_line(run, benches):
                 seen.append(h[key])
         return ", ".join(str(v) for v in seen) or "?"
 
-    when = run.get("date", "?") if run else "?"
+    start, end = run.get("run", {}), run.get("run_end", {})
+    when = start.get("date", "?")
+    if end.get("date") and end["date"] != when:
+        when += " to " + end["date"]
     where = "%s (%s CPUs available to the benchmarks, %s online)" % (
         values("cpu"), values("nproc"), values("online_cpus"))
-    system = "%s %s" % (run.get("kernel", "?"), run.get("machine", "")) if run else "?"
-    return "`make bench` of %s on %s, %s, %s, commit %s." % (
+    if start.get("memory"):
+        where += ", %s of memory" % start["memory"]
+    system = "%s %s" % (start.get("kernel", "?"), start.get("machine", ""))
+    line = "`make bench` of %s on %s, %s, %s, commit %s." % (
         when, where, system.strip(), values("compiler"), values("commit"))
+    if start.get("load"):
+        line += " Load average (1, 5, 15 min) %s at the start" % start["load"]
+        line += ", %s at the end." % end["load"] if end.get("load") else "."
+    return line
 
 
 def render(run, benches, only=None):
@@ -106,7 +116,7 @@ def render(run, benches, only=None):
         if only is not None and name != only:
             continue
         status = b["exit"]["status"] if b["exit"] else None
-        out.append("#### %s (%s)" % (name, "exit status %s" % status if status is not None else "no exit status"))
+        out.append("### %s (%s)" % (name, "exit status %s" % status if status is not None else "no exit status"))
         out.append("")
         h = b["header"] or {}
         fields = ["%s: %s" % (k, cell(v)) for k, v in h.items()

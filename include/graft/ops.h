@@ -185,6 +185,39 @@ GRAFT_API graft_value *graft_log_softmax(graft_trace *t, graft_value *x, int axi
 GRAFT_API graft_value *graft_softmax_cross_entropy(graft_trace *t, graft_value *logits,
                                                    graft_value *labels);
 
+/* ---- convolution and pooling (NCHW) ----------------------------------- */
+/* Pairs are (H, W).  Output extent per spatial dim:
+ *   (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1
+ * (rounded down); the dilated kernel must fit the padded input.  Inputs
+ * are f32 or f64 of rank 4 whose C, H and W are concrete; the batch dim N
+ * may be a symbol (one trace for every batch size).  Bad arguments fail
+ * the trace (GRAFT_EINVAL, GRAFT_ESHAPE; GRAFT_EUNSUPPORTED past the BLAS
+ * int range) with a message naming the op, the shapes and what was
+ * expected. */
+
+/* 2-D convolution (cross-correlation, as in PyTorch): x [N, C, H, W], w
+ * [O, C / groups, KH, KW] of x's dtype -> [N, O, OH, OW].  stride and
+ * dilation >= 1 (NULL: 1, 1), padding >= 0 zeros on both sides (NULL: 0,
+ * 0); groups >= 1 divides C and O (groups == C: depthwise).  No bias: add
+ * one by broadcasting ([1, O, 1, 1]).  Runs as im2col and one gemm per
+ * group over the whole batch (CBLAS), with VJP and JVP rules of any order.
+ * Results are bitwise the same for every thread count. */
+GRAFT_API graft_value *graft_conv2d(graft_trace *t, graft_value *x, graft_value *w,
+                                    const int64_t stride[2], const int64_t padding[2],
+                                    const int64_t dilation[2], int64_t groups);
+/* Max over kernel windows: x [N, C, H, W] -> [N, C, OH, OW].  kernel >= 1,
+ * stride >= 1 (NULL: the kernel), padding between 0 and kernel / 2 (NULL:
+ * 0); padding never wins.  A NaN in a window gives NaN.  Ties: the first
+ * maximum in window order (row by row) is the argmax, which takes the
+ * whole gradient (VJP) and gives the tangent (JVP). */
+GRAFT_API graft_value *graft_max_pool2d(graft_trace *t, graft_value *x, const int64_t kernel[2],
+                                        const int64_t stride[2], const int64_t padding[2]);
+/* Mean over kernel windows, arguments as graft_max_pool2d.  Padding counts
+ * as zeros and every window divides by KH * KW (PyTorch's default,
+ * count_include_pad=True). */
+GRAFT_API graft_value *graft_avg_pool2d(graft_trace *t, graft_value *x, const int64_t kernel[2],
+                                        const int64_t stride[2], const int64_t padding[2]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,6 +69,11 @@ typedef union graft__attr {
   struct { int64_t depth; } one_hot;
   struct { unsigned flags; } matmul;                  /* GRAFT_TRANS_A | GRAFT_TRANS_B */
   struct { int n; } polygamma;
+  struct graft__conv_attr {                            /* IM2COL, COL2IM, MAX_POOL2D* */
+    int64_t x[4];                                      /* the image shape N, C, H, W (N may be a symbol) */
+    int64_t k[2], s[2], p[2], d[2];                    /* kernel, stride, padding, dilation (H, W) */
+    int64_t groups;
+  } conv;
   struct { const void *data; } constant;              /* graph-owned copy */
   struct { graft_variable *var; } var;                /* VAR_READ, ASSIGN */
   struct { int index; } input;                        /* INPUT: position in the signature */
@@ -218,6 +223,16 @@ static inline int graft__node_writes(const graft__node *n, graft_variable *const
   *vars = &n->attr.var.var;
   return 1;
 }
+
+/* ---- convolution and pooling (conv.c, shape.c) ----------------------- */
+/* The output extent of a window sweep over in elements (padding p on both
+ * sides, kernel k dilated by d, stride s), or -1 when the dilated kernel
+ * does not fit the padded input or a size overflows. */
+int64_t graft__conv_out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d);
+/* Emit a convolution-family node (op IM2COL, COL2IM, MAX_POOL2D*) on inputs
+ * in[0..n_in) with geometry a (ops.c; sticky errors as every op). */
+graft_value *graft__emit_conv(graft_trace *t, int op, int n_in, graft_value *const *in,
+                              const struct graft__conv_attr *a);
 
 /* ---- variables ------------------------------------------------------- */
 struct graft_variable {

@@ -530,6 +530,13 @@ GRAFT_API graft_value *graft_softmax_cross_entropy(graft_trace *t, graft_value *
   return op2(t, GRAFT__OP_SOFTMAX_XENT, logits, labels);
 }
 
+graft_value *graft__emit_conv(graft_trace *t, int op, int n_in, graft_value *const *in,
+                              const struct graft__conv_attr *a) {
+  spec sp = {.op = op};
+  sp.attr.conv = *a;
+  return emit(t, &sp, n_in, in);
+}
+
 /* ---- variables ----------------------------------------------------------- */
 
 /* The value v has in this trace so far, or UINT32_MAX. */

@@ -443,6 +443,208 @@ graft_status graft__shape_xent(graft__shape_ctx *c, const graft__node *n,
   return GRAFT_OK;
 }
 
+/* ---- convolution and pooling ---------------------------------------- */
+
+int64_t graft__conv_out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  int64_t padded, ext;
+  if (in < 0 || k < 1 || s < 1 || p < 0 || d < 1) return -1;
+  if (graft__size_add(in, p, &padded) || graft__size_add(padded, p, &padded) ||
+      graft__size_mul(d, k - 1, &ext) || ext >= padded)
+    return -1;
+  return (padded - ext - 1) / s + 1;
+}
+
+/* The window sweep of a over image x (f32/f64, rank 4, C, H and W
+ * concrete): the output extents in oh, ow. */
+static graft_status conv_geom(graft__shape_ctx *c, const struct graft__conv_attr *a,
+                              const graft__shape *x, int64_t *oh, int64_t *ow) {
+  shape_buf b;
+  if (!is_float(x->dtype))
+    return fail(c, GRAFT_EDTYPE, "%s input is not supported (f32 and f64 are)",
+                graft_dtype_name(x->dtype));
+  if (x->rank != 4)
+    return fail(c, GRAFT_ESHAPE, "input %s must have rank 4 (N, C, H, W)", shp(b, x));
+  for (int i = 1; i < 4; i++)
+    if (x->dims[i] < 0)
+      return fail(c, GRAFT_EUNSUPPORTED, "input %s: only the batch dim may be symbolic", shp(b, x));
+  if (a->groups < 1 || x->dims[1] % a->groups)
+    return fail(c, GRAFT_EINVAL, "groups %lld does not divide the %lld channels of %s",
+                (long long)a->groups, (long long)x->dims[1], shp(b, x));
+  *oh = graft__conv_out_dim(x->dims[2], a->k[0], a->s[0], a->p[0], a->d[0]);
+  *ow = graft__conv_out_dim(x->dims[3], a->k[1], a->s[1], a->p[1], a->d[1]);
+  if (*oh < 0 || *ow < 0)
+    return fail(c, GRAFT_ESHAPE,
+                "kernel %lldx%lld (dilation %lldx%lld, stride %lldx%lld, padding %lldx%lld) does "
+                "not fit input %s", (long long)a->k[0], (long long)a->k[1], (long long)a->d[0],
+                (long long)a->d[1], (long long)a->s[0], (long long)a->s[1], (long long)a->p[0],
+                (long long)a->p[1], shp(b, x));
+  return GRAFT_OK;
+}
+
+/* n * per, a derived symbol when n is one. */
+static graft_status sym_mul(graft__shape_ctx *c, int64_t n, int64_t per, int64_t *out) {
+  if (n < 0) {
+    *out = derived(c);
+    return *out == -1 ? fail(c, GRAFT_ENOMEM, "out of memory") : GRAFT_OK;
+  }
+  if (graft__size_mul(n, per, out))
+    return fail(c, GRAFT_ESHAPE, "%lld x %lld columns overflow int64", (long long)n, (long long)per);
+  return GRAFT_OK;
+}
+
+/* IM2COL: image [N, C, H, W] -> columns [G, C/G * KH * KW, N * OH * OW]:
+ * column (n, oh, ow) of group g holds the window of output pixel (oh, ow)
+ * of image n over g's channels, 0 where it reaches into the padding. */
+static graft_status im2col_shape(graft__shape_ctx *c, const struct graft__conv_attr *a,
+                                 const graft__shape *x, graft__shape *out) {
+  int64_t oh, ow, rows, cols;
+  graft_status st = conv_geom(c, a, x, &oh, &ow);
+  if (st) return st;
+  if (graft__size_mul(x->dims[1] / a->groups, a->k[0], &rows) ||
+      graft__size_mul(rows, a->k[1], &rows) || graft__size_mul(oh, ow, &cols))
+    return fail(c, GRAFT_ESHAPE, "windows of %lldx%lld over %lld channels, %lldx%lld of them, "
+                "overflow int64", (long long)a->k[0], (long long)a->k[1], (long long)x->dims[1],
+                (long long)oh, (long long)ow);
+  st = sym_mul(c, x->dims[0], cols, &cols);
+  if (st) return st;
+  *out = (graft__shape){x->dtype, 3, {a->groups, rows, cols}};
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_im2col(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  return im2col_shape(c, &n->attr.conv, &in[0], out);
+}
+
+/* COL2IM: the adjoint of IM2COL, columns -> the image shape attr.x (every
+ * window element summed back onto its pixel). */
+graft_status graft__shape_col2im(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  graft__shape x = {in[0].dtype, 4, {0}}, want;
+  for (int i = 0; i < 4; i++) x.dims[i] = res(c, n->attr.conv.x[i]);
+  graft_status st = im2col_shape(c, &n->attr.conv, &x, &want);
+  if (st) return st;
+  int ok = in[0].rank == 3;
+  for (int i = 0; ok && i < 3; i++)
+    ok = in[0].dims[i] == want.dims[i] || in[0].dims[i] < 0 || want.dims[i] < 0;
+  if (!ok) {
+    shape_buf b, i, w;
+    return fail(c, GRAFT_ESHAPE, "columns %s do not match image %s (expected %s)",
+                shp(b, &in[0]), shp(i, &x), shp(w, &want));
+  }
+  *out = x;
+  return GRAFT_OK;
+}
+
+/* Does b have a's dtype and (up to undecided symbols) shape? */
+static int same_shape(const graft__shape *a, const graft__shape *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i] && a->dims[i] >= 0 && b->dims[i] >= 0) return 0;
+  return 1;
+}
+
+static graft_status conv_operand(graft__shape_ctx *c, const graft__shape *have,
+                                 const graft__shape *want, const char *what) {
+  if (same_shape(have, want)) return GRAFT_OK;
+  shape_buf b, w;
+  return fail(c, GRAFT_ESHAPE, "%s is %s%s, expected %s%s", what, graft_dtype_name(have->dtype),
+              shp(b, have), graft_dtype_name(want->dtype), shp(w, want));
+}
+
+/* The products of conv2d over columns c = im2col(x) (shapes from attr.x,
+ * whose batch dim may be a symbol): CONV_MM (w, c) -> y [N, O, OH, OW],
+ * CONV_MM_W (g, c) -> the weight's shape, CONV_MM_COLS (w, g) -> c's shape.
+ * Each is one gemm per image and group with the columns' row length as a
+ * leading dimension, which CBLAS takes as an int. */
+static graft_status conv_mm_geom(graft__shape_ctx *c, const graft__node *n, const graft__shape *w,
+                                 graft__shape *cols, graft__shape *y) {
+  const struct graft__conv_attr *a = &n->attr.conv;
+  graft__shape x = {w->dtype, 4, {0}};
+  for (int i = 0; i < 4; i++) x.dims[i] = res(c, a->x[i]);
+  int64_t oh, ow;
+  graft_status st = im2col_shape(c, a, &x, cols);
+  if (st == GRAFT_OK) st = conv_geom(c, a, &x, &oh, &ow);
+  if (st) return st;
+  shape_buf b, d;
+  if (w->rank != 4 || w->dims[0] < 0 || w->dims[0] % a->groups ||
+      w->dims[1] != x.dims[1] / a->groups || w->dims[2] != a->k[0] || w->dims[3] != a->k[1])
+    return fail(c, GRAFT_ESHAPE, "weight %s does not match image %s", shp(b, w), shp(d, &x));
+  if (cols->dims[2] > INT_MAX)
+    return fail(c, GRAFT_EUNSUPPORTED, "image %s: %lld columns exceed the BLAS int range (%d)",
+                shp(b, &x), (long long)cols->dims[2], INT_MAX);
+  *y = (graft__shape){w->dtype, 4, {x.dims[0], w->dims[0], oh, ow}};
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_conv_mm(graft__shape_ctx *c, const graft__node *n,
+                                  const graft__shape *in, graft__shape *out) {
+  graft__shape cols;
+  graft_status st = conv_mm_geom(c, n, &in[0], &cols, out);
+  return st ? st : conv_operand(c, &in[1], &cols, "the columns");
+}
+
+graft_status graft__shape_conv_mm_w(graft__shape_ctx *c, const graft__node *n,
+                                    const graft__shape *in, graft__shape *out) {
+  /* The weight's shape: O from the cotangent, the rest from the sweep. */
+  const struct graft__conv_attr *a = &n->attr.conv;
+  shape_buf b;
+  if (in[0].rank != 4 || in[0].dims[1] < 0)
+    return fail(c, GRAFT_ESHAPE, "cotangent %s must be [N, O, OH, OW]", shp(b, &in[0]));
+  graft__shape w = {in[0].dtype, 4, {in[0].dims[1], res(c, a->x[1]) / a->groups, a->k[0], a->k[1]}};
+  graft__shape cols, y;
+  graft_status st = conv_mm_geom(c, n, &w, &cols, &y);
+  if (st == GRAFT_OK) st = conv_operand(c, &in[0], &y, "the cotangent");
+  if (st == GRAFT_OK) st = conv_operand(c, &in[1], &cols, "the columns");
+  if (st == GRAFT_OK) *out = w;
+  return st;
+}
+
+graft_status graft__shape_conv_mm_cols(graft__shape_ctx *c, const graft__node *n,
+                                       const graft__shape *in, graft__shape *out) {
+  graft__shape y;
+  graft_status st = conv_mm_geom(c, n, &in[0], out, &y);
+  return st ? st : conv_operand(c, &in[1], &y, "the cotangent");
+}
+
+/* MAX_POOL2D: [N, C, H, W] -> [N, C, OH, OW]; padding at most half the
+ * kernel, so every window holds an element of the input. */
+static graft_status pool_shape(graft__shape_ctx *c, const struct graft__conv_attr *a,
+                               const graft__shape *x, graft__shape *out) {
+  int64_t oh, ow;
+  graft_status st = conv_geom(c, a, x, &oh, &ow);
+  if (st) return st;
+  if (a->p[0] > a->k[0] / 2 || a->p[1] > a->k[1] / 2)
+    return fail(c, GRAFT_EINVAL, "padding %lldx%lld is more than half the kernel %lldx%lld",
+                (long long)a->p[0], (long long)a->p[1], (long long)a->k[0], (long long)a->k[1]);
+  *out = (graft__shape){x->dtype, 4, {x->dims[0], x->dims[1], oh, ow}};
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_max_pool2d(graft__shape_ctx *c, const graft__node *n,
+                                     const graft__shape *in, graft__shape *out) {
+  return pool_shape(c, &n->attr.conv, &in[0], out);
+}
+
+/* MAX_POOL2D_GRAD (x, g): g (the pool's output shape) routed to the
+ * argmax of each window, an image shaped like x. */
+graft_status graft__shape_max_pool2d_grad(graft__shape_ctx *c, const graft__node *n,
+                                          const graft__shape *in, graft__shape *out) {
+  graft__shape y;
+  graft_status st = pool_shape(c, &n->attr.conv, &in[0], &y);
+  if (st == GRAFT_OK) st = conv_operand(c, &in[1], &y, "the cotangent");
+  if (st == GRAFT_OK) *out = in[0];
+  return st;
+}
+
+/* MAX_POOL2D_SELECT (x, u): u (shaped like x) at the argmax of each
+ * window of x, the pool's output shape. */
+graft_status graft__shape_max_pool2d_select(graft__shape_ctx *c, const graft__node *n,
+                                            const graft__shape *in, graft__shape *out) {
+  graft_status st = pool_shape(c, &n->attr.conv, &in[0], out);
+  return st ? st : conv_operand(c, &in[1], &in[0], "the selected operand");
+}
+
 graft_status graft__shape_assign(graft__shape_ctx *c, const graft__node *n,
                                  const graft__shape *in, graft__shape *out) {
   const graft_tensor *val = n->attr.var.var->value;

@@ -45,7 +45,8 @@ enum units_rule {
   UNITS_GEMM,    /* output columns, or rows, over all batches (graft__mm_by_rows) */
   UNITS_LANES,   /* vectors along attr.axis.axis: numel / that dim */
   UNITS_ONE,     /* one indivisible unit */
-  UNITS_INPUT0   /* input 0's elements (an optimizer step: the weight's) */
+  UNITS_INPUT0,  /* input 0's elements (an optimizer step: the weight's) */
+  UNITS_CONV     /* conv2d's products: graft__conv_units */
 };
 
 #define UNITS_RULE_MATMUL ~, UNITS_GEMM
@@ -53,6 +54,9 @@ enum units_rule {
 #define UNITS_RULE_LOG_SOFTMAX ~, UNITS_LANES
 #define UNITS_RULE_SOFTMAX_XENT ~, UNITS_ONE
 #define UNITS_RULE_UPDATE ~, UNITS_INPUT0
+#define UNITS_RULE_CONV_MM ~, UNITS_CONV
+#define UNITS_RULE_CONV_MM_W ~, UNITS_CONV
+#define UNITS_RULE_CONV_MM_COLS ~, UNITS_CONV
 #define UNITS_ENTRY_(e, name, arity, rule, flags, cost, tile) \
   SECOND(UNITS_RULE_##e, ((flags) & GRAFT__OPF_EXTERNAL ? UNITS_NONE : UNITS_NUMEL), ~),
 static const unsigned char units_rule[] = {GRAFT_OP_MAP(UNITS_ENTRY_)};
@@ -76,6 +80,8 @@ int64_t graft__kernel_units(const graft__kargs *k) {
     return 0;
   case UNITS_ONE:
     return 1;
+  case UNITS_CONV:
+    return graft__conv_units(k);
   case UNITS_INPUT0:
     return k->n_in > 0 ? k->in[0]->numel : 0;
   case UNITS_GEMM: {

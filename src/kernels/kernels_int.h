@@ -75,6 +75,10 @@ const char *graft__blas_core(void);
 const char *graft__blas_core_hint(const char *core, int avx2, int avx512);
 const char *graft__blas_hint(void);
 
+/* The units of conv2d's products (kernels/conv.c): images x groups for
+ * CONV_MM and CONV_MM_COLS, groups for CONV_MM_W. */
+int64_t graft__conv_units(const graft__kargs *k);
+
 /* Reduction ops a graft__reduce_run call can perform. */
 enum graft__reduce_kind {
   GRAFT__RED_SUM,

@@ -498,6 +498,48 @@ static graft_value *op_softmax(gen *g, int log) {
   return log ? graft_log_softmax(g->t, x, axis) : graft_softmax(g->t, x, axis);
 }
 
+/* A conv2d / pool argument of at least lo: lo + b % 4, or past the edge
+ * (b >= 250: lo - 1, -1, a dim of any class). */
+static int64_t rd_conv_arg(gen *g, int64_t lo) {
+  unsigned b = fz_u8(&g->r);
+  return b < 250 ? lo + (int64_t)(b % 4) : b == 250 ? lo - 1 : b == 251 ? -1 : rd_dim(g);
+}
+
+/* conv2d, max_pool2d, avg_pool2d of an operand: kernel, stride, padding
+ * and dilation pairs (rd_conv_arg), a byte of NULL flags (bit i: pair i+1
+ * NULL; bit 3: the pool's kernel NULL), and for conv2d the groups (1 or 2,
+ * or past the edge) and the weight: one fitting the operand's channels
+ * and the kernel pair (modes 0..2), or any operand (3). */
+static graft_value *op_conv(gen *g, int op) {
+  graft_value *x = operand(g);
+  int64_t pair[4][2];
+  static const int64_t lo[4] = {1, 1, 0, 1};
+  for (int i = 0; i < 4; i++) {
+    pair[i][0] = rd_conv_arg(g, lo[i]);
+    pair[i][1] = rd_conv_arg(g, lo[i]);
+    note_dims(g, "", 2, pair[i]);
+  }
+  const unsigned null = fz_u8(&g->r);
+  const int64_t *k = null & 8 ? NULL : pair[0], *s = null & 1 ? NULL : pair[1];
+  const int64_t *pad = null & 2 ? NULL : pair[2], *dil = null & 4 ? NULL : pair[3];
+  if (op == FZ_OP_MAX_POOL2D) return graft_max_pool2d(g->t, x, k, s, pad);
+  if (op == FZ_OP_AVG_POOL2D) return graft_avg_pool2d(g->t, x, k, s, pad);
+  unsigned b = fz_u8(&g->r);
+  const int64_t groups = note_int(g, b < 250 ? 1 + (int)(b % 2) : (int)b - 252);
+  graft_value *w;
+  fz_shape sx;
+  if (fz_pick(&g->r, 4) < 3 && shape_of(g, x, &sx) && sx.rank == 4) {
+    const int64_t per = groups > 0 ? groups : 1;
+    const int64_t ws[4] = {per * (1 + fz_pick(&g->r, 3)), sx.d[1] >= 0 ? sx.d[1] / per : 1,
+                           pair[0][0], pair[0][1]};
+    note_dims(g, "w", 4, ws);
+    w = push(g, graft_fill(g->t, graft_value_dtype(x), 4, ws, 0.25));
+  } else {
+    w = operand(g);
+  }
+  return graft_conv2d(g->t, x, w, s, pad, dil, groups);
+}
+
 static graft_value *op_cast(gen *g) {
   graft_value *x = operand(g);
   return graft_cast(g->t, x, rd_dtype(g, NULL));
@@ -574,6 +616,7 @@ static void emit_op(gen *g, int op) {
     case FZ_OP_INSPECT: v = op_inspect(g); break;
     case FZ_OP_OPTIMIZE: v = op_optimize(g); break;
     case FZ_OP_CLIP: v = op_clip(g); break;
+    case FZ_OP_CONV2D: case FZ_OP_MAX_POOL2D: case FZ_OP_AVG_POOL2D: v = op_conv(g, op); break;
     default: fz_die("decoder: opcode %d has no case", op);
     }
   }

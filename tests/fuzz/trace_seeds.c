@@ -108,6 +108,9 @@ static const env env_i32 = {.n_in = 2, .n_vars = 1, .n_out = 1,
 static const env env_opt = {.n_in = 2, .n_vars = 1, .n_out = 1,
                             .in = {{0, 2, {2, 3}, 0, {0}, 0}, {0, 1, {3}, 0, {0}, 0}},
                             .var = {{0, 2, {2, 3}, 0, {0}, INIT_OPT(3)}}};
+/* Images: x f32 [2,2,5,5] (conv2d and the pools). */
+static const env env_img = {.n_in = 1, .n_vars = 0, .n_out = 1,
+                            .in = {{0, 4, {2, 2, 5, 5}, 0, {0}, 0}}};
 static const env env_batch = {.flags = F_TWO_CALLS | F_STATS, .n_in = 2, .n_vars = 1, .n_out = 2,
                               .in = {{0, 2, {4, 3}, 0, {0}, 0}, {2, 1, {4}, 0, {0}, 0}},
                               .var = {{0, 2, {3, 4}, 0, {0}, 0}},
@@ -164,6 +167,17 @@ static const uint8_t prog_mix[] = {
     FZ_OP_TRANSPOSE, 0, 0,
     255, 0, 0};
 
+/* A small CNN on env_img: conv2d (3x3, padding 1, 2 groups) + relu + max
+ * pool 2 + avg pool 2, then the HVP of its sum. */
+static const uint8_t prog_cnn[] = {
+    FZ_OP_CONV2D, 0, 2, 2, 0, 0, 1, 1, 0, 0, 0, 1, 0, 1, /* k 3x3, s 1, p 1, d 1; groups 2 */
+    FZ_OP_RELU, 0,
+    FZ_OP_MAX_POOL2D, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0,      /* k 2x2, s 2 */
+    FZ_OP_AVG_POOL2D, 0, 1, 1, 0, 0, 1, 1, 0, 0, 2,      /* k 2x2, s 1, padding NULL (0) */
+    FZ_OP_REDUCE_SUM, 0, 0, 0,
+    FZ_OP_HVP, 0, 0, 0, 0, 0,
+    255, 0, 0};
+
 static int write_seed(const char *dir, const char *name, const seed *s) {
   char path[4096];
   snprintf(path, sizeof path, "%s/seed-%s", dir, name);
@@ -201,6 +215,7 @@ static int emit_ops(const char *dir) {
     size_t n = 1;
     if (op == FZ_OP_ONE_HOT) e = &env_i32;
     if (op == FZ_OP_OPTIMIZE) e = &env_opt;
+    if (op == FZ_OP_CONV2D || op == FZ_OP_MAX_POOL2D || op == FZ_OP_AVG_POOL2D) e = &env_img;
     if (op == FZ_OP_MATMUL || op == FZ_OP_SLICE || op == FZ_OP_PAD || op == FZ_OP_SOFTMAX ||
         op == FZ_OP_LOG_SOFTMAX || op == FZ_OP_RESHAPE)
       body[n++] = 1; /* operand: a [2,3] */
@@ -224,6 +239,7 @@ static int emit_programs(const char *dir) {
   int rc = 0;
   env e = env_batch;
   rc |= emit(dir, "train", &e, prog_train, sizeof prog_train);
+  rc |= emit(dir, "cnn", &env_img, prog_cnn, sizeof prog_cnn);
   e.flags |= F_SIGNATURE; /* batch dims -1: one trace, a plan per batch size */
   e.in[0].sym = 1;
   e.in[1].sym = 1;

@@ -8,7 +8,8 @@
  * by the same seed, so every function traced from one seed records the same
  * graph.  The graph mixes unary ops, broadcasting binary ops, where,
  * reductions over random axes, small (batched) matmuls, transpose, reshape,
- * slice, concat, softmax, constants, and reads and assignments of variables;
+ * slice, concat, softmax, conv2d and the 2-D pools, constants, and reads and
+ * assignments of variables;
  * operands come from every earlier value (fan-in and fan-out), and several
  * values are outputs.  Values stay finite: each value carries a bound on its
  * magnitude and large ones pass through tanh before an op could overflow
@@ -448,6 +449,56 @@ static inline void op_softmax(gen *g) {
   }
 }
 
+/* conv2d (stride, padding, dilation, groups; a constant weight), max_pool2d
+ * or avg_pool2d of a value taken as an image (reshaped to [1, 1, h, w]
+ * unless it has rank 4). */
+static inline void op_conv(gen *g) {
+  ent x = pick(g);
+  shape s = shape_of(x.v);
+  if (s.rank != 4) {
+    int64_t n = numel_of(&s), w = 1;
+    for (int64_t k = 2; k <= 9; k++)
+      if (n % k == 0 && chance(g, 50)) w = k;
+    int64_t dims[4] = {1, 1, n / w, w};
+    if (n == 0) return;
+    x.v = graft_reshape(g->t, x.v, 4, dims);
+    s = shape_of(x.v);
+  }
+  x = tame(g, x, 1e3);
+  const int64_t N = s.d[0], C = s.d[1], H = s.d[2], W = s.d[3];
+  if (N * C * H * W == 0) return;
+  int64_t k[2], st[2], pad[2], dil[2] = {1, 1}, out = N;
+  const int kind = (int)tu_int(&g->r, 0, 2); /* conv, max pool, avg pool */
+  for (int i = 0; i < 2; i++) {
+    const int64_t in = s.d[2 + i];
+    k[i] = tu_int(&g->r, 1, MIN(3, in + 1));
+    st[i] = tu_int(&g->r, 1, 2);
+    pad[i] = tu_int(&g->r, 0, k[i] / 2);
+    if (kind == 0 && chance(g, 20) && 2 * (k[i] - 1) + 1 <= in + 2 * pad[i]) dil[i] = 2;
+    if (dil[i] * (k[i] - 1) + 1 > in + 2 * pad[i]) return;
+    out *= (in + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) / st[i] + 1;
+  }
+  if (kind == 1) {
+    push(g, graft_max_pool2d(g->t, x.v, k, st, pad), x.mag);
+    return;
+  }
+  if (kind == 2) {
+    push(g, graft_avg_pool2d(g->t, x.v, k, st, pad), x.mag);
+    return;
+  }
+  const int64_t groups = C % 2 == 0 && chance(g, 30) ? 2 : 1, O = groups * tu_int(&g->r, 1, 3);
+  const int64_t ws[4] = {O, C / groups, k[0], k[1]}, nw = O * (C / groups) * k[0] * k[1];
+  if (out * O > MAX_NUMEL || nw * out > 64 * MAX_NUMEL) return;
+  double buf[MAX_NUMEL];
+  float fbuf[MAX_NUMEL];
+  if (nw > MAX_NUMEL) return;
+  for (int64_t i = 0; i < nw; i++) fbuf[i] = (float)(buf[i] = tu_uniform(&g->r, -1, 1));
+  const void *data = g->s->dt == GRAFT_F32 ? (const void *)fbuf : (const void *)buf;
+  graft_value *w = graft_constant(g->t, g->s->dt, 4, ws, data);
+  push(g, graft_conv2d(g->t, x.v, w, st, pad, dil, groups),
+       x.mag * (double)(nw / O));
+}
+
 static inline void op_constant(gen *g) {
   shape s = random_shape(&g->r, g->s);
   int64_t n = numel_of(&s);
@@ -518,7 +569,7 @@ static inline graft_status dag_trace(graft_trace *t, int n_in, graft_value *cons
   } ops[] = {{op_unary, 18}, {op_binary, 20}, {op_where, 5},     {op_mul_add, 3}, {op_reduce, 9},
              {op_matmul, 9}, {op_transpose, 5}, {op_reshape, 5},   {op_slice, 5},
              {op_concat, 5}, {op_softmax, 4},   {op_constant, 3},  {op_read, 4},
-             {op_assign, 8}};
+             {op_assign, 8}, {op_conv, 4}};
   int total = 0;
   for (size_t i = 0; i < COUNT(ops); i++) total += ops[i].weight;
 

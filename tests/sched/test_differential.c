@@ -6,7 +6,7 @@
  * records the same graph.  The graph
  * mixes unary ops, broadcasting binary ops, where, reductions over random
  * axes, small (batched) matmuls, transpose, reshape, slice, concat, softmax,
- * constants, and reads and assignments of variables; operands come from
+ * conv2d and the 2-D pools, constants, and reads and assignments of variables; operands come from
  * every earlier value (fan-in and fan-out), and several values are outputs.
  * Values stay finite: each value carries a bound on its magnitude and large
  * ones pass through tanh before an op could overflow them.
