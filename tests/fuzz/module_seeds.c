@@ -371,6 +371,13 @@ static void prog_deferred(seed *s) {
   destroy(s, 0);                                   /* m: w and enc/w live on in head, destroyed */
   deferred_call(s, 0, 0, 0);                       /* GRAFT_EMISUSE */
   deferred(s, ROOT, N_V, 1, 0, 1, v01);            /* over a destroyed variable */
+  /* tracked under "v9lives" and "var": names no attribute could be */
+  variable(s, ROOT, MT_NAME_DIGIT, 0, 1, d4, 0, 1, 4);
+  variable(s, ROOT, MT_NAME_EMPTY, 2, 0, NULL, 0, 0, 5);
+  static const unsigned odd[] = {3, 4};
+  deferred(s, ROOT, N_V, 2, 0, 2, odd);            /* v, in m's free slot: the first live */
+  flatten(s, 0, 0, 0);
+  deferred_call(s, 0, 1, 3);                       /* 9lives set between the calls */
 }
 
 /* A program with an allocation failure armed before each call, the
