@@ -10,7 +10,12 @@
 #   make tsan            only the ThreadSanitizer build and its tests (clang,
 #                        LLVM's OpenMP runtime and its Archer tool)
 #   make stress          the `stress` suite only (left out of `make test`)
-#   make demo            build and run examples/quickstart (writes quickstart.dot here)
+#   make demo            build and run examples/fashion_mnist: train an MLP on
+#                        Fashion-MNIST (Debian's dataset-fashion-mnist), print
+#                        the test accuracy, per-class table and confusion
+#                        matrix; writes ./fashion_mnist_out/ (checkpoint,
+#                        metrics.csv, curves.png); DEMO_ARGS adds options
+#                        (e.g. DEMO_ARGS="--model cnn"; --help lists them)
 #   make bench           build and run every bench/bench_* program (--json):
 #                        prints each one's tables, collects every row in
 #                        BENCH_JSON (build/bench-results.jsonl)
@@ -19,7 +24,8 @@
 #                        (lib/<multiarch>, e.g. lib/x86_64-linux-gnu, else lib),
 #                        DESTDIR honoured; then ldconfig when run as root
 #                        without DESTDIR
-#   make clean           remove the build directories and quickstart.dot
+#   make clean           remove the build directories, quickstart.dot and
+#                        fashion_mnist_out
 #   make deps            install missing Debian packages (root) or say how
 #   make fuzz            build the libFuzzer targets in ./build-fuzz (clang) and
 #                        run each for FUZZ_SECONDS on a scratch copy of its
@@ -31,7 +37,7 @@
 # Variables: BUILD, ASAN_BUILD, TSAN_BUILD, PREFIX, LIBDIR, BENCH_JSON,
 # SUITES="graph sched" (--suite each),
 # TSAN_SUITES (default "sched graph common"), TSAN_ARCHER (path of libarcher.so),
-# MESON_TEST_ARGS, MESON_SETUP_ARGS, BENCH_ARGS (more options for each bench),
+# MESON_TEST_ARGS, MESON_SETUP_ARGS, DEMO_ARGS, BENCH_ARGS (more options for each bench),
 # STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check),
 # FUZZ_BUILD, FUZZ_SECONDS (per target, default 60), FUZZ_TARGETS, FUZZ_ARGS
 # (more libFuzzer flags, e.g. -jobs=2), TEST_FUZZ_SECONDS (make test's fuzzing
@@ -58,7 +64,8 @@ NO_DEPS         ?=
 # python3: tests/readme and bench/bench_table.py; cmake: the install test's
 # find_package(graft) consumer; libudev-dev: `pkg-config --static --libs
 # graft` names -ludev (libhwloc.a's own dependency).
-DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev libjansson-dev python3 cmake libudev-dev
+DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev libjansson-dev python3 cmake libudev-dev \
+                zlib1g-dev dataset-fashion-mnist gnuplot-nox
 
 SETUP_ARGS      := --prefix=$(PREFIX) --libdir=$(LIBDIR) $(MESON_SETUP_ARGS)
 ASAN_SETUP_ARGS := $(SETUP_ARGS) -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
@@ -191,8 +198,10 @@ tsan: deps
 stress: build
 	$(MESON) test -C $(BUILD) --print-errorlogs -v --suite stress $(MESON_TEST_ARGS)
 
+DEMO_ARGS ?=
+
 demo: build
-	$(BUILD)/examples/quickstart
+	$(BUILD)/examples/fashion_mnist $(DEMO_ARGS)
 
 # Every benchmark runs once, with --json, into BENCH_JSON (bench_table.py
 # says what the file holds): a {"type":"run"} line (date, kernel, memory,
@@ -242,7 +251,7 @@ install: build
 	fi
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) quickstart.dot
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) quickstart.dot fashion_mnist_out
 
 # ---- fuzzing (tests/fuzz/README.md) --------------------------------------
 # Each target runs on a scratch copy of tests/fuzz/corpus/<target>, so the
