@@ -1340,7 +1340,7 @@ static load_plan plan_load(const path_list *fa, const path_list *fb, const uint8
   return pl;
 }
 
-static void op_save_load(fz_reader *r) {
+static void save_load(fz_reader *r) {
   int a = pick_module(r), b = pick_module(r);
   unsigned mode = fz_u8(r) % 6;
   /* a round trip or a load into b: the salt of b's new bytes, and an
@@ -1437,6 +1437,20 @@ out:
   free(file_bytes);
   paths_free(&fa);
   paths_free(&fb);
+}
+
+/* SAVE_LOAD in a folder of its own under /tmp, made for the op and
+ * removed after it (a run that stops at a finding leaves at most one). */
+static void op_save_load(fz_reader *r) {
+  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/graft-fuzz-module-XXXXXX");
+  if (!mkdtemp(tmp_dir)) fz_die("harness: mkdtemp: %s", strerror(errno));
+  snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.safetensors", tmp_dir);
+  snprintf(folder_path, sizeof folder_path, "%s/folder", tmp_dir);
+  if (mkdir(folder_path, 0700)) fz_die("harness: mkdir %s: %s", folder_path, strerror(errno));
+  save_load(r);
+  unlink(ckpt_path);
+  if (rmdir(folder_path) || rmdir(tmp_dir))
+    fz_die("the calls left files in %s (%s)", tmp_dir, strerror(errno));
 }
 
 static void op_set(fz_reader *r) {
@@ -1740,18 +1754,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   verbose = getenv("GRAFT_FUZZ_VERBOSE") != NULL;
   memset(long63, 'q', NAME_MAX_);
   memset(long64, 'q', NAME_MAX_ + 1);
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/graft-fuzz-module-XXXXXX");
-  if (!mkdtemp(tmp_dir)) {
-    perror("mkdtemp");
-    exit(2);
-  }
-  snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.safetensors", tmp_dir);
-  snprintf(folder_path, sizeof folder_path, "%s/folder", tmp_dir);
-  if (mkdir(folder_path, 0700)) {
-    perror(folder_path);
-    exit(2);
-  }
-  atexit(mt_remove_tmp_dir);
   graft_runtime_opts o;
   graft_runtime_opts_init(&o);
   o.sched = "seq";
@@ -1765,12 +1767,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 void mt_destroy_runtime(void) { graft_runtime_destroy(runtime); }
-
-void mt_remove_tmp_dir(void) {
-  unlink(ckpt_path);
-  rmdir(folder_path);
-  rmdir(tmp_dir);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_reader rd = {data, size, 0};

@@ -52,8 +52,7 @@ enum {
 #define MT_ATTR_LONG 220  /* a 64-character name */
 #define MT_ATTR_TAKEN 221 /* the next byte picks one the parent holds */
 
-/* Remove the target's temporary folder, destroy its runtime (atexit). */
-void mt_remove_tmp_dir(void);
+/* Destroy the target's runtime (atexit). */
 void mt_destroy_runtime(void);
 
 #endif /* GRAFT_FUZZ_MODULE_TARGET_H */
