@@ -553,7 +553,9 @@ static graft_value *var_check(graft_trace *t, int op, graft_variable *v) {
   if (t->status) return GRAFT__POISON;
   if (!v) return fail_op(t, op, GRAFT_EINVAL, "variable is NULL");
   if (__atomic_load_n(&v->destroyed, __ATOMIC_ACQUIRE)) {
-    return fail_op(t, op, GRAFT_EMISUSE, "variable was destroyed");
+    graft__trace_failf(t, GRAFT_EMISUSE, "%s: variable '%s' was destroyed (op #%u in trace '%s')",
+                       graft__ops[op].name, v->name, t->g->n_nodes, t->g->name);
+    return GRAFT__POISON;
   }
   if (graft__graph_ref_var(t->g, v)) return fail_op(t, op, GRAFT_ENOMEM, "out of memory");
   return NULL;

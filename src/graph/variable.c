@@ -65,7 +65,14 @@ GRAFT_API void graft_variable_destroy(graft_variable *v) {
                 "nothing was freed", v->name);
     return;
   }
-  __atomic_store_n(&v->destroyed, 1, __ATOMIC_RELEASE);
+  /* A second destroy of a variable that something else still holds (a
+   * function, an optimizer, a deferred module) would drop their reference:
+   * refuse it.  (Once nothing holds it, the first destroy freed it.) */
+  if (__atomic_exchange_n(&v->destroyed, 1, __ATOMIC_ACQ_REL)) {
+    graft__fail(GRAFT_EMISUSE, "graft_variable_destroy: variable '%s' was destroyed already "
+                "(expected one destroy per variable); nothing was freed", v->name);
+    return;
+  }
   graft__variable_unref(v);
 }
 

@@ -935,6 +935,42 @@ static void test_graft_assign__variable_memory_passed_as_input(void **state) {
   graft_variable_destroy(v);
 }
 
+static graft_status read_var_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                               graft_value **out, void *user) {
+  (void)n_in, (void)in, (void)n_out;
+  out[0] = graft_read(t, user);
+  return GRAFT_OK;
+}
+
+/* A second destroy of a variable an optimizer still holds is refused: it
+ * used to drop the optimizer's reference too, freeing the variable under
+ * it (use after free when the optimizer went, found by the module fuzz
+ * target's author). */
+static void test_graft_variable_destroy__twice_while_held_is_refused(void **state) {
+  (void)state;
+  graft_variable *w = NULL;
+  const int64_t s[1] = {3};
+  tu_assert_status(graft_variable_create(NULL, "w", GRAFT_F32, 1, s, NULL, 0, &w), GRAFT_OK);
+  graft_module *opt = NULL;
+  graft_optimizer_desc d = {.kind = GRAFT_OPT_SGD, .lr = 0.1};
+  tu_assert_status(graft_optimizer_create(NULL, "opt", &d, 1, &w, &opt), GRAFT_OK);
+  graft_variable_destroy(w);
+  graft_variable_destroy(w);
+  tu_assert_msg_has(graft_last_errmsg(), "graft_variable_destroy: variable 'w' was destroyed already");
+  /* the optimizer's reference keeps w alive (ASan: no use after free) */
+  assert_string_equal(graft_variable_name(w), "w");
+  assert_int_equal(graft_tensor_numel(graft_variable_value(w)), 3);
+  /* and a trace that reads it names it */
+  graft_runtime *rt = tu_runtime();
+  graft_function *f = tu_function(rt, "reads_w", read_var_cb, w, 0, 1, NULL);
+  graft_tensor *out = NULL;
+  tu_assert_status(graft_function_call(f, 0, NULL, 1, &out), GRAFT_EMISUSE);
+  tu_assert_msg_has(graft_function_errmsg(f), "read: variable 'w' was destroyed");
+  graft_function_destroy(f);
+  graft_runtime_destroy(rt);
+  graft_module_destroy(opt); /* frees w */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graft_assign_add__visible_to_next_call_without_retrace),
@@ -959,6 +995,7 @@ int main(void) {
       cmocka_unit_test(test_graft_assign__many_variables_all_direct),
       cmocka_unit_test(test_graft_assign__old_value_read_after_assign_is_staged),
       cmocka_unit_test(test_graft_assign__variable_memory_passed_as_input),
+      cmocka_unit_test(test_graft_variable_destroy__twice_while_held_is_refused),
   };
   return cmocka_run_group_tests_name("graph/variables", tests, tu_group_setup, tu_group_teardown);
 }
