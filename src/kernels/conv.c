@@ -1,8 +1,8 @@
 /* graft kernels: conv2d's parts (im2col / col2im, and its products as one
  * CBLAS gemm per image and group) and max pooling (f32, f64).
  *
- * Units are output elements for all but the products (see below), and
- * every output element is
+ * Units are output elements for all but the products (see below) and the
+ * max-pool gradient (image planes), and every output element is
  * computed the same way whatever range holds it: im2col copies, col2im sums
  * an element's window contributions in (kh, kw) order, the pools look at
  * one window (or one element's windows) in a fixed order.  So any split
@@ -226,6 +226,8 @@ static const graft__tview *nchw_of(const graft__kargs *k) {
 }
 
 int64_t graft__conv_units(const graft__kargs *k) {
+  if (k->node->op == GRAFT__OP_MAX_POOL2D_GRAD) /* image planes */
+    return k->in[0]->rank == 4 ? graft__size_mul_sat(k->in[0]->shape[0], k->in[0]->shape[1]) : 0;
   const graft__tview *y = nchw_of(k);
   const int64_t G = k->node->attr.conv.groups;
   if (k->node->op == GRAFT__OP_CONV_MM_W) return G;
@@ -309,90 +311,156 @@ static graft_status run_mm(const graft__kargs *k, int64_t begin, int64_t end) {
   return GRAFT_OK;
 }
 
-graft_status graft__k_CONV_MM(const graft__kargs *k, int64_t begin, int64_t end) {
-  return run_mm(k, begin, end);
-}
+/* The table's entry of op E: RUN, which tells the ops apart by k->node. */
+#define KERNEL_VIA(E, RUN)                                                               \
+  graft_status graft__k_##E(const graft__kargs *k, int64_t begin, int64_t end) {         \
+    return RUN(k, begin, end);                                                           \
+  }
 
-graft_status graft__k_CONV_MM_W(const graft__kargs *k, int64_t begin, int64_t end) {
-  return run_mm(k, begin, end);
-}
-
-graft_status graft__k_CONV_MM_COLS(const graft__kargs *k, int64_t begin, int64_t end) {
-  return run_mm(k, begin, end);
-}
+KERNEL_VIA(CONV_MM, run_mm)
+KERNEL_VIA(CONV_MM_W, run_mm)
+KERNEL_VIA(CONV_MM_COLS, run_mm)
 
 /* ---- max pooling -------------------------------------------------------- */
 
 /* The argmax of window (oh, ow) of an H x W plane as ih * W + iw, or -1
- * for a window with no element: the first maximum in row-major window
- * order, or the first NaN. */
+ * for a window with no element, and its value in *val: the first maximum
+ * in row-major window order, or the first NaN.  Which element wins is data
+ * (often random), so the common path has no data-dependent branch: the
+ * maximum by selects, then the first element equal to it by a backward
+ * scan of selects (index_too 0: the value only).  A window holding NaN
+ * takes a plain loop.  SCAN does rows [kh0, kh1) and columns [kw0, kw1)
+ * of the window at win (row length W); called with constant bounds for a
+ * whole 2x2 window (the usual pool), its loops unroll. */
 #define DEF_ARGMAX(NAME, T)                                                           \
-  static int64_t NAME(const conv_geom *g, const T *plane, int64_t oh, int64_t ow) {   \
-    int64_t best = -1;                                                                \
-    T bv = 0;                                                                         \
-    for (int64_t kh = 0; kh < g->KH; kh++) {                                          \
-      const int64_t ih = oh * g->sh - g->ph + kh;                                     \
-      if (ih < 0 || ih >= g->H) continue;                                             \
-      for (int64_t kw = 0; kw < g->KW; kw++) {                                        \
-        const int64_t iw = ow * g->sw - g->pw + kw;                                   \
-        if (iw < 0 || iw >= g->W) continue;                                           \
-        const T v = plane[ih * g->W + iw];                                            \
-        if (best < 0 || v > bv || (isnan(v) && !isnan(bv))) {                         \
-          best = ih * g->W + iw;                                                      \
-          bv = v;                                                                     \
-        }                                                                             \
+  static inline __attribute__((always_inline)) int64_t NAME##_scan(                  \
+      const T *win, int64_t W, int64_t kh0, int64_t kh1, int64_t kw0, int64_t kw1,    \
+      int index_too, T *val) {                                                        \
+    T m = win[kh0 * W + kw0];                                                         \
+    int nan = 0;                                                                      \
+    for (int64_t kh = kh0; kh < kh1; kh++)                                            \
+      for (int64_t kw = kw0; kw < kw1; kw++) {                                        \
+        const T v = win[kh * W + kw];                                                 \
+        m = v > m ? v : m;                                                            \
+        nan |= v != v;                                                                \
       }                                                                               \
+    int64_t best = kh0 * W + kw0;                                                     \
+    if (nan) {                                                                        \
+      for (int64_t kh = kh0; kh < kh1 && win[best] == win[best]; kh++)                \
+        for (int64_t kw = kw0; kw < kw1; kw++)                                        \
+          if (win[kh * W + kw] != win[kh * W + kw]) {                                 \
+            best = kh * W + kw;                                                       \
+            break;                                                                    \
+          }                                                                           \
+      m = win[best];                                                                  \
+    } else if (index_too) {                                                           \
+      for (int64_t kh = kh1 - 1; kh >= kh0; kh--)                                     \
+        for (int64_t kw = kw1 - 1; kw >= kw0; kw--)                                   \
+          best += (kh * W + kw - best) & -(int64_t)(win[kh * W + kw] == m);           \
     }                                                                                 \
+    *val = m;                                                                         \
     return best;                                                                      \
+  }                                                                                   \
+  static inline __attribute__((always_inline)) int64_t NAME(                          \
+      const conv_geom *g, const T *plane, int64_t oh, int64_t ow, int index_too, T *val) { \
+    const int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;                   \
+    const int64_t kh0 = GRAFT__MAX(-h0, (int64_t)0), kh1 = GRAFT__MIN(g->KH, g->H - h0); \
+    const int64_t kw0 = GRAFT__MAX(-w0, (int64_t)0), kw1 = GRAFT__MIN(g->KW, g->W - w0); \
+    if (kh0 >= kh1 || kw0 >= kw1) return -1;                                          \
+    const T *win = plane + h0 * g->W + w0;                                            \
+    const int64_t at = kh0 == 0 && kw0 == 0 && kh1 == 2 && kw1 == 2                   \
+                           ? NAME##_scan(win, g->W, 0, 2, 0, 2, index_too, val)       \
+                           : NAME##_scan(win, g->W, kh0, kh1, kw0, kw1, index_too, val); \
+    return h0 * g->W + w0 + at;                                                       \
   }
 
+/* The usual pool, 2x2 windows at stride 2 without padding: each window
+ * is a whole 2x2 block, no two overlap, and straight-line code serves. */
+static int pool_2x2(const conv_geom *g) {
+  return g->KH == 2 && g->KW == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
+}
+
 /* MAX_POOL2D (sel NULL): out[i] = the window's max; MAX_POOL2D_SELECT:
- * out[i] = sel at the window's argmax. */
+ * out[i] = sel at the window's argmax.  Runs of one output row are walked;
+ * a 2x2 max pool's run takes selects only (a run holding NaN is redone by
+ * the general path, which gives the same value to every other window). */
 #define DEF_POOL(NAME, ARGMAX, T)                                                     \
   static void NAME(const conv_geom *g, const T *x, const T *sel, T *out, int64_t begin, \
                    int64_t end) {                                                     \
     const int64_t HW = g->H * g->W;                                                   \
-    int64_t plane = begin / g->OHW, oh = begin % g->OHW / g->OW, ow = begin % g->OW;  \
-    for (int64_t i = begin; i < end; i++) {                                           \
-      const int64_t a = ARGMAX(g, x + plane * HW, oh, ow);                            \
-      out[i] = a < 0 ? (sel ? 0 : -INFINITY) : (sel ? sel : x)[plane * HW + a];       \
-      if (++ow == g->OW) {                                                            \
-        ow = 0;                                                                       \
-        if (++oh == g->OH) {                                                          \
-          oh = 0;                                                                     \
-          plane++;                                                                    \
+    const int fast = !sel && pool_2x2(g);                                             \
+    int64_t plane = begin / g->OHW, oh = begin % g->OHW / g->OW, ow0 = begin % g->OW; \
+    for (int64_t i = begin; i < end; ow0 = 0) {                                       \
+      const int64_t ow1 = GRAFT__MIN(g->OW, ow0 + (end - i));                         \
+      const T *xp = x + plane * HW;                                                   \
+      T *o = out + i - ow0; /* o[ow] is output (plane, oh, ow) */                     \
+      int nan = 0;                                                                    \
+      if (fast) {                                                                     \
+        const T *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;                            \
+        for (int64_t ow = ow0; ow < ow1; ow++) {                                      \
+          const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1]; \
+          T m = a;                                                                    \
+          m = b > m ? b : m;                                                          \
+          m = c > m ? c : m;                                                          \
+          m = d > m ? d : m;                                                          \
+          nan |= (a != a) | (b != b) | (c != c) | (d != d);                           \
+          o[ow] = m;                                                                  \
         }                                                                             \
+      }                                                                               \
+      if (!fast || nan)                                                               \
+        for (int64_t ow = ow0; ow < ow1; ow++) {                                      \
+          T m;                                                                        \
+          const int64_t a = ARGMAX(g, xp, oh, ow, sel != NULL, &m);                   \
+          o[ow] = a < 0 ? (sel ? 0 : -INFINITY) : sel ? sel[plane * HW + a] : m;      \
+        }                                                                             \
+      i += ow1 - ow0;                                                                 \
+      if (++oh == g->OH) {                                                            \
+        oh = 0;                                                                       \
+        plane++;                                                                      \
       }                                                                               \
     }                                                                                 \
   }
 
-/* MAX_POOL2D_GRAD: image element i gets the cotangents of the windows whose
- * argmax it is, summed in (oh, ow) order.  Runs of one image row are
- * walked: each window over the run has its argmax found, and adds its
- * cotangent there when that lies in the run. */
+/* MAX_POOL2D_GRAD, units planes (n, c): each plane is zeroed, then every
+ * window in (oh, ow) order adds its cotangent at its argmax, so an element
+ * sums its windows' cotangents in that order whatever the tiling.  In a
+ * 2x2 pool each element is in one window at most: the window writes 0 + g
+ * at its argmax and 0 at its other three elements (the same bits), with
+ * selects; a window holding NaN asks the general argmax. */
 #define DEF_POOL_GRAD(NAME, ARGMAX, T)                                                \
   static void NAME(const conv_geom *g, const T *x, const T *cot, T *out, int64_t begin, \
                    int64_t end) {                                                     \
-    const int64_t HW = g->H * g->W;                                                   \
-    int64_t plane = begin / HW, ih = begin % HW / g->W, iw0 = begin % g->W;           \
-    for (int64_t i = begin; i < end; iw0 = 0) {                                       \
-      const int64_t iw1 = GRAFT__MIN(g->W, iw0 + (end - i));                          \
-      T *o = out + i - iw0; /* o[iw] is image element (plane, ih, iw) */              \
-      for (int64_t iw = iw0; iw < iw1; iw++) o[iw] = 0;                               \
-      int64_t oh0, oh1, ow0, ow1;                                                     \
-      sweep_range(ih - g->KH + 1, ih + 1, g->sh, -g->ph, g->OH, &oh0, &oh1);          \
-      sweep_range(iw0 - g->KW + 1, iw1, g->sw, -g->pw, g->OW, &ow0, &ow1);            \
-      const T *gp = cot + plane * g->OHW;                                             \
-      for (int64_t oh = oh0; oh < oh1; oh++)                                          \
-        for (int64_t ow = ow0; ow < ow1; ow++) {                                      \
-          const int64_t a = ARGMAX(g, x + plane * HW, oh, ow) - ih * g->W;            \
-          if (a >= iw0 && a < iw1) o[a] += gp[oh * g->OW + ow];                       \
+    const int64_t HW = g->H * g->W, W = g->W;                                         \
+    const int fast = pool_2x2(g);                                                     \
+    for (int64_t plane = begin; plane < end; plane++) {                               \
+      T *o = out + plane * HW;                                                        \
+      const T *xp = x + plane * HW, *gp = cot + plane * g->OHW;                       \
+      if (!fast || g->H % 2 || g->W % 2) memset(o, 0, (size_t)HW * sizeof(T));        \
+      for (int64_t oh = 0; oh < g->OH; oh++)                                          \
+        for (int64_t ow = 0; ow < g->OW; ow++) {                                      \
+          const T G = (T)0 + gp[oh * g->OW + ow];                                     \
+          if (fast) {                                                                 \
+            const int64_t e = 2 * oh * W + 2 * ow;                                    \
+            const T a = xp[e], b = xp[e + 1], c = xp[e + W], d = xp[e + W + 1];       \
+            T m = a;                                                                  \
+            m = b > m ? b : m;                                                        \
+            m = c > m ? c : m;                                                        \
+            m = d > m ? d : m;                                                        \
+            /* the first of a, b, c, d equal to m, by integer masks */               \
+            int k = 3 & -(int)(d == m);                                               \
+            k += (2 - k) & -(int)(c == m);                                            \
+            k += (1 - k) & -(int)(b == m);                                            \
+            k &= -(int)(a != m);                                                      \
+            o[e] = o[e + 1] = o[e + W] = o[e + W + 1] = 0;                            \
+            if (!((a != a) | (b != b) | (c != c) | (d != d))) {                       \
+              o[e + (k & 1) + (k >> 1) * W] = G;                                      \
+              continue;                                                               \
+            }                                                                         \
+          }                                                                           \
+          T m;                                                                        \
+          const int64_t a = ARGMAX(g, xp, oh, ow, 1, &m);                             \
+          if (a >= 0) o[a] += gp[oh * g->OW + ow];                                    \
         }                                                                             \
-      i += iw1 - iw0;                                                                 \
-      if (++ih == g->H) {                                                             \
-        ih = 0;                                                                       \
-        plane++;                                                                      \
-      }                                                                               \
     }                                                                                 \
   }
 
@@ -411,11 +479,12 @@ static graft_status pool_setup(const graft__kargs *k, int64_t begin, int64_t end
   if (st != GRAFT_OK) return st;
   const int64_t pooled = g->N * g->C * g->OHW;
   const graft__node *n = k->node;
-  int64_t other = n->op == GRAFT__OP_MAX_POOL2D_GRAD ? pooled : x->numel;
+  const int grad = n->op == GRAFT__OP_MAX_POOL2D_GRAD;
   if (n->op != GRAFT__OP_MAX_POOL2D &&
-      (k->n_in != 2 || k->in[1]->numel != other || k->in[1]->dtype != x->dtype))
+      (k->n_in != 2 || k->in[1]->numel != (grad ? pooled : x->numel) || k->in[1]->dtype != x->dtype))
     return graft__kernel_internal(k, "second operand does not match the image");
-  return check_out(k, begin, end, n->op == GRAFT__OP_MAX_POOL2D_GRAD ? x->numel : pooled, x);
+  st = check_out(k, 0, 0, grad ? x->numel : pooled, x);
+  return st ? st : graft__kernel_check_units(k, begin, end, grad ? g->N * g->C : pooled);
 }
 
 static graft_status run_pool(const graft__kargs *k, int64_t begin, int64_t end) {
@@ -434,14 +503,6 @@ static graft_status run_pool(const graft__kargs *k, int64_t begin, int64_t end) 
   return GRAFT_OK;
 }
 
-graft_status graft__k_MAX_POOL2D(const graft__kargs *k, int64_t begin, int64_t end) {
-  return run_pool(k, begin, end);
-}
-
-graft_status graft__k_MAX_POOL2D_GRAD(const graft__kargs *k, int64_t begin, int64_t end) {
-  return run_pool(k, begin, end);
-}
-
-graft_status graft__k_MAX_POOL2D_SELECT(const graft__kargs *k, int64_t begin, int64_t end) {
-  return run_pool(k, begin, end);
-}
+KERNEL_VIA(MAX_POOL2D, run_pool)
+KERNEL_VIA(MAX_POOL2D_GRAD, run_pool)
+KERNEL_VIA(MAX_POOL2D_SELECT, run_pool)

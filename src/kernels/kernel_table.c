@@ -46,7 +46,7 @@ enum units_rule {
   UNITS_LANES,   /* vectors along attr.axis.axis: numel / that dim */
   UNITS_ONE,     /* one indivisible unit */
   UNITS_INPUT0,  /* input 0's elements (an optimizer step: the weight's) */
-  UNITS_CONV     /* conv2d's products: graft__conv_units */
+  UNITS_CONV     /* conv2d's products, the max-pool gradient: graft__conv_units */
 };
 
 #define UNITS_RULE_MATMUL ~, UNITS_GEMM
@@ -57,6 +57,7 @@ enum units_rule {
 #define UNITS_RULE_CONV_MM ~, UNITS_CONV
 #define UNITS_RULE_CONV_MM_W ~, UNITS_CONV
 #define UNITS_RULE_CONV_MM_COLS ~, UNITS_CONV
+#define UNITS_RULE_MAX_POOL2D_GRAD ~, UNITS_CONV
 #define UNITS_ENTRY_(e, name, arity, rule, flags, cost, tile) \
   SECOND(UNITS_RULE_##e, ((flags) & GRAFT__OPF_EXTERNAL ? UNITS_NONE : UNITS_NUMEL), ~),
 static const unsigned char units_rule[] = {GRAFT_OP_MAP(UNITS_ENTRY_)};

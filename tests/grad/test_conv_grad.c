@@ -192,6 +192,47 @@ static void test_max_pool2d__ties_first_wins(void **state) {
   gc_free(in, 2);
 }
 
+/* in: x, tangent.  out: the gradient of sum(max_pool(x)) (2x2 windows,
+ * stride 2: the usual pool, which has a path of its own), the JVP, the
+ * pool. */
+static graft_status trace_ties_2x2(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                   graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  const int64_t k[2] = {2, 2};
+  graft_value *y = graft_max_pool2d(t, in[0], k, NULL, NULL);
+  graft_value *L = graft_reduce_sum(t, graft_mul(t, y, y), 0, NULL, 0);
+  out[2] = y;
+  graft_status st = graft_gradients(t, 1, &L, NULL, 1, in, GRAFT_UNCONNECTED_ZERO, &out[0]);
+  return st ? st : graft_jvp(t, 1, in, in + 1, 1, &y, GRAFT_UNCONNECTED_ZERO, &out[1]);
+}
+
+/* The 2x2 stride-2 pool: ties go to the first maximum in window order, a
+ * NaN wins its window (value and argmax), -0.0 and 0.0 tie. */
+static void test_max_pool2d__ties_2x2_stride_2(void **state) {
+  (void)state;
+  const double xv[16] = {1, 5, -0.0, 0.0, 5, 3, 0.0, -0.0, 0, 0, 7, NAN, 0, 1, 7, 1};
+  const int64_t xs[4] = {1, 1, 4, 4};
+  static const graft_dtype dts[2] = {GRAFT_F32, GRAFT_F64};
+  for (int d = 0; d < 2; d++) {
+    graft_tensor *in[2] = {tu_tensor_from(dts[d], 4, xs, xv), tu_tensor_from(dts[d], 4, xs, NULL)};
+    for (int i = 0; i < 16; i++) tu_set(in[1], i, 10.0 * (i + 1));
+    graft_tensor *out[3] = {0};
+    char msg[512];
+    tu_assert_run_ok(tu_run(g_rt, trace_ties_2x2, NULL, 2, in, 3, out, msg), "2x2 ties", msg);
+    /* argmaxes: element 1 (5 before the tie at 4), 2 (-0.0 ties 0.0), 13,
+     * 11 (NaN); the gradient of sum(y^2) there is 2 y. */
+    const double ywant[4] = {5, -0.0, 1, NAN};
+    const double gwant[16] = {0, 10, -0.0, 0, 0, 0, 0, 0, 0, 0, 0, NAN, 0, 2, 0, 0};
+    const double jwant[4] = {20, 30, 140, 120};
+    tu_assert_close(out[2], ywant, 4, 0, 0);
+    tu_assert_close(out[0], gwant, 16, 0, 0);
+    tu_assert_close(out[1], jwant, 4, 0, 0);
+    if (!signbit(tu_get(out[2], 1))) fail_msg("the -0.0 / 0.0 tie gave +0.0, want the first, -0.0");
+    gc_free(out, 3);
+    gc_free(in, 2);
+  }
+}
+
 /* ---- a small CNN ---------------------------------------------------------- */
 
 /* in: x [N, 1, 8, 8], w1 [4, 1, 3, 3], w2 [4, 2, 3, 3], w3 [16, 3], labels
@@ -308,6 +349,7 @@ int main(void) {
       cmocka_unit_test(test_conv2d__jvp_fd),
       cmocka_unit_test(test_conv2d__forward_vs_reverse),
       cmocka_unit_test(test_max_pool2d__ties_first_wins),
+      cmocka_unit_test(test_max_pool2d__ties_2x2_stride_2),
       cmocka_unit_test(test_cnn__hvp_fd),
       cmocka_unit_test(test_cnn__bitwise_across_executors),
   };
