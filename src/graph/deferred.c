@@ -88,12 +88,14 @@ static graft_status hold_tracked(graft_module *m, const char *api, int n,
         k = suffix[j] + 1;
         break;
       }
-    for (;; k++) {
+    /* m holds i attributes, so one of i + 1 names is free: past that the
+     * name itself is refused (EINVAL with hold_var's message), not taken. */
+    for (int tries = 0;; k++, tries++) {
       char attr[GRAFT__NAME_MAX + 1];
       if (k) snprintf(attr, sizeof attr, "%s_%u", base[i], k);
       else snprintf(attr, sizeof attr, "%s", base[i]);
       st = graft__module_hold_var(m, api, attr, vars[i], GRAFT__ENTRY_TRACKED);
-      if (st != GRAFT_EINVAL) break;
+      if (st != GRAFT_EINVAL || tries > i) break;
       probed = 1; /* taken by an earlier variable's suffixed name */
     }
     suffix[i] = k;
