@@ -35,7 +35,7 @@
 #define PROG "fashion_mnist"
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define DEFAULT_OUT "fashion_mnist_out"
-#define EVAL_BATCH 512
+#define EVAL_BATCH 128
 #define MAX_EPOCHS 1000
 
 typedef struct options {
@@ -46,25 +46,26 @@ typedef struct options {
 } options;
 
 static void usage(FILE *to) {
-  fprintf(to,
-          "usage: " PROG " [options]\n"
-          "  --model mlp|cnn       the network (default mlp: 784-256-128-10; cnn: 2 conv + 2 dense)\n"
-          "  --epochs N            epochs to train (default 6; 0 with --load: evaluate only)\n"
-          "  --batch N             training batch size (default 64)\n"
-          "  --lr X                learning rate (default: 1e-3 for adam/adamw, 0.01 momentum, "
-          "0.1 sgd)\n"
-          "  --optimizer NAME      sgd, momentum, adam or adamw (default adam)\n"
-          "  --threads N           worker threads (default 1, or GRAFT_NUM_THREADS /\n"
-          "                        OMP_NUM_THREADS when set)\n"
-          "  --seed N              initial weights and shuffling (default 1)\n"
-          "  --limit N             train on the first N training images only\n"
-          "  --data DIR            the IDX files (default " DEFAULT_DATA ")\n"
-          "  --out DIR             metrics.csv, curves.png, checkpoint.safetensors (default "
-          DEFAULT_OUT ")\n"
-          "  --save FILE           the checkpoint's path (default OUT/checkpoint.safetensors)\n"
-          "  --load FILE           start from a checkpoint (resume training, or evaluate)\n"
-          "  --trace FILE          Chrome trace (Perfetto) of one training step\n"
-          "  --dot FILE            the training step's graph (Graphviz DOT)\n");
+  fprintf(
+      to,
+      "usage: " PROG " [options]\n"
+      "  --model mlp|cnn       the network (default mlp: 784-256-128-10; cnn: 2 conv + 2 dense)\n"
+      "  --epochs N            epochs to train (default 6; 0 with --load: evaluate only)\n"
+      "  --batch N             training batch size (default 64)\n"
+      "  --lr X                learning rate (default: 1e-3 for adam/adamw, 0.01 momentum, "
+      "0.1 sgd)\n"
+      "  --optimizer NAME      sgd, momentum, adam or adamw (default adam)\n"
+      "  --threads N           worker threads (default 1, or GRAFT_NUM_THREADS /\n"
+      "                        OMP_NUM_THREADS when set)\n"
+      "  --seed N              initial weights and shuffling (default 1)\n"
+      "  --limit N             train on the first N training images only\n"
+      "  --data DIR            the IDX files (default " DEFAULT_DATA ")\n"
+      "  --out DIR             metrics.csv, curves.png, checkpoint.safetensors "
+      "(default " DEFAULT_OUT ")\n"
+      "  --save FILE           the checkpoint's path (default OUT/checkpoint.safetensors)\n"
+      "  --load FILE           start from a checkpoint (resume training, or evaluate)\n"
+      "  --trace FILE          Chrome trace (Perfetto) of one training step\n"
+      "  --dot FILE            the training step's graph (Graphviz DOT)\n");
 }
 
 static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
@@ -82,7 +83,10 @@ static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int
 
 static int parse_args(int argc, char **argv, options *o) {
   *o = (options){.cfg = {.arch = FM_MLP, .optimizer = GRAFT_OPT_ADAM, .seed = 1},
-                 .epochs = 6, .batch = 64, .data = DEFAULT_DATA, .out = DEFAULT_OUT};
+                 .epochs = 6,
+                 .batch = 64,
+                 .data = DEFAULT_DATA,
+                 .out = DEFAULT_OUT};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -90,24 +94,30 @@ static int parse_args(int argc, char **argv, options *o) {
       exit(0);
     }
     if (strncmp(a, "--", 2) || i + 1 >= argc) {
-      fprintf(stderr, PROG ": %s: %s\n", a, strncmp(a, "--", 2) ? "not an option" : "needs a value");
+      fprintf(stderr, PROG ": %s: %s\n", a,
+              strncmp(a, "--", 2) ? "not an option" : "needs a value");
       usage(stderr);
       return -1;
     }
     const char *v = argv[++i];
     int64_t n;
     if (!strcmp(a, "--model")) {
-      if (!strcmp(v, "mlp")) o->cfg.arch = FM_MLP;
-      else if (!strcmp(v, "cnn")) o->cfg.arch = FM_CNN;
-      else return fprintf(stderr, PROG ": --model: '%s' is not mlp or cnn\n", v), -1;
+      if (strcmp(v, "mlp") && strcmp(v, "cnn"))
+        return fprintf(stderr, PROG ": --model: '%s' is not mlp or cnn\n", v), -1;
+      o->cfg.arch = strcmp(v, "mlp") ? FM_CNN : FM_MLP;
     } else if (!strcmp(a, "--optimizer")) {
-      static const struct { const char *name; graft_optimizer_kind k; } kinds[] = {
-          {"sgd", GRAFT_OPT_SGD}, {"momentum", GRAFT_OPT_MOMENTUM},
-          {"adam", GRAFT_OPT_ADAM}, {"adamw", GRAFT_OPT_ADAMW}};
+      static const struct {
+        const char *name;
+        graft_optimizer_kind k;
+      } kinds[] = {{"sgd", GRAFT_OPT_SGD},
+                   {"momentum", GRAFT_OPT_MOMENTUM},
+                   {"adam", GRAFT_OPT_ADAM},
+                   {"adamw", GRAFT_OPT_ADAMW}};
       size_t k = 0;
       while (k < 4 && strcmp(v, kinds[k].name)) k++;
       if (k == 4)
-        return fprintf(stderr, PROG ": --optimizer: '%s' is not sgd, momentum, adam or adamw\n", v), -1;
+        return fprintf(stderr, PROG ": --optimizer: '%s' is not sgd, momentum, adam or adamw\n", v),
+               -1;
       o->cfg.optimizer = kinds[k].k;
     } else if (!strcmp(a, "--lr")) {
       char *end;
@@ -127,13 +137,19 @@ static int parse_args(int argc, char **argv, options *o) {
       o->cfg.seed = (uint64_t)n;
     } else if (!strcmp(a, "--limit")) {
       if (parse_int(a, v, 1, INT64_MAX, &o->limit)) return -1;
-    } else if (!strcmp(a, "--data")) o->data = v;
-    else if (!strcmp(a, "--out")) o->out = v;
-    else if (!strcmp(a, "--save")) o->save = v;
-    else if (!strcmp(a, "--load")) o->load = v;
-    else if (!strcmp(a, "--trace")) o->trace = v;
-    else if (!strcmp(a, "--dot")) o->dot = v;
-    else {
+    } else if (!strcmp(a, "--data")) {
+      o->data = v;
+    } else if (!strcmp(a, "--out")) {
+      o->out = v;
+    } else if (!strcmp(a, "--save")) {
+      o->save = v;
+    } else if (!strcmp(a, "--load")) {
+      o->load = v;
+    } else if (!strcmp(a, "--trace")) {
+      o->trace = v;
+    } else if (!strcmp(a, "--dot")) {
+      o->dot = v;
+    } else {
       fprintf(stderr, PROG ": unknown option %s\n", a);
       usage(stderr);
       return -1;
@@ -188,8 +204,8 @@ static int write_dot(run *r) {
     return -1;
   }
   if (s) return fm_fail(s, "graft_function_write_dot", r->err, sizeof r->err);
-  printf("graph of the training step written to %s (render: dot -Tsvg %s -o step.svg)\n",
-         r->o->dot, r->o->dot);
+  printf("graph of the training step written to %s (render: dot -Tsvg %s -o step.svg)\n", r->o->dot,
+         r->o->dot);
   return 0;
 }
 
@@ -213,14 +229,18 @@ static int train_epoch(run *r, int epoch, fm_epoch *e) {
     loss_sum += loss * (double)b;
     right_sum += right;
     if (first_step && o->dot && write_dot(r)) return -1;
-    fm_progress_update(&p, at + b, loss_sum / (double)(at + b), (double)right_sum / (double)(at + b));
+    fm_progress_update(&p, at + b, loss_sum / (double)(at + b),
+                       (double)right_sum / (double)(at + b));
   }
   double secs = (fm_now_us() - start) * 1e-6;
   fm_eval ev;
   if (fm_evaluate(&r->m, &r->test, 0, EVAL_BATCH, &ev, r->err, sizeof r->err)) return -1;
-  *e = (fm_epoch){.epoch = epoch, .train_loss = loss_sum / (double)tr->n,
-                  .train_accuracy = (double)right_sum / (double)tr->n, .test_loss = ev.loss,
-                  .test_accuracy = ev.accuracy, .images_per_s = (double)tr->n / secs,
+  *e = (fm_epoch){.epoch = epoch,
+                  .train_loss = loss_sum / (double)tr->n,
+                  .train_accuracy = (double)right_sum / (double)tr->n,
+                  .test_loss = ev.loss,
+                  .test_accuracy = ev.accuracy,
+                  .images_per_s = (double)tr->n / secs,
                   .seconds = secs};
   fm_progress_end(&p, e);
   return 0;
@@ -253,7 +273,8 @@ static int load_data(run *r) {
       idx_dataset_load(r->o->data, "t10k", FM_SIDE, FM_SIDE, FM_CLASSES, &r->test, r->err,
                        sizeof r->err))
     return -1;
-  if (fm_trainer_init(&r->tr, &r->m, &r->train, r->o->limit, r->o->batch, r->o->epochs, r->err, sizeof r->err))
+  if (fm_trainer_init(&r->tr, &r->m, &r->train, r->o->limit, r->o->batch, r->o->epochs, r->err,
+                      sizeof r->err))
     return -1;
   printf("data: %lld training images (of %lld), %lld test images from %s (%.2f s)\n",
          (long long)r->tr.n, (long long)r->train.n, (long long)r->test.n, r->o->data,
@@ -269,9 +290,9 @@ static int setup(run *r) {
    * tile (bench_fashion: step_ws2 no faster than step_ws1), and on a
    * machine that other work shares, a second worker that waits for work
    * costs more than it brings. */
-  opts.num_threads = o->threads ? o->threads
+  opts.num_threads = o->threads                                                 ? o->threads
                      : getenv("GRAFT_NUM_THREADS") || getenv("OMP_NUM_THREADS") ? 0
-                                                                               : 1;
+                                                                                : 1;
   /* A bad GRAFT_* value fails here; the message names the variable. */
   graft_status s = graft_runtime_create(&opts, &r->rt);
   if (s) return fm_fail(s, "graft_runtime_create", r->err, sizeof r->err);
@@ -305,8 +326,9 @@ static int finish(run *r, const fm_epoch *epochs, int n_epochs, double train_s) 
   fm_eval ev;
   if (fm_evaluate(&r->m, &r->test, 0, EVAL_BATCH, &ev, r->err, sizeof r->err)) return -1;
   if (n_epochs)
-    printf("trained %d epochs in %.1f s: %.0f images/s (%lld steps of batch %lld, %d thread%s)\n",
-           n_epochs, train_s, (double)r->tr.n * n_epochs / train_s, (long long)r->tr.steps, (long long)o->batch, graft_runtime_num_threads(r->rt),
+    printf("trained %d epoch%s in %.1f s: %.0f images/s (%lld steps of batch %lld, %d thread%s)\n",
+           n_epochs, n_epochs == 1 ? "" : "s", train_s, (double)r->tr.n * n_epochs / train_s,
+           (long long)r->tr.steps, (long long)o->batch, graft_runtime_num_threads(r->rt),
            graft_runtime_num_threads(r->rt) == 1 ? "" : "s");
   fm_print_results(stdout, &ev);
   printf("\ntraining step: traced %d time(s); evaluation: traced %d time(s) for full and "
@@ -329,11 +351,14 @@ static int finish(run *r, const fm_epoch *epochs, int n_epochs, double train_s) 
              fm_arch_name(o->cfg.arch), optimizer_name(o->cfg.optimizer), (long long)o->batch);
     int rc = fm_plot_curves(csv, png, title, n_epochs, r->err, sizeof r->err);
     if (rc < 0) return -1;
-    if (rc > 0) printf("curves:     gnuplot is not installed: curves.png skipped "
-                       "(Debian: apt-get install gnuplot-nox)\n");
-    else printf("curves:     %s\n", png);
+    if (rc > 0)
+      printf("curves:     gnuplot is not installed: curves.png skipped "
+             "(Debian: apt-get install gnuplot-nox)\n");
+    else
+      printf("curves:     %s\n", png);
   }
-  if (o->trace) printf("Chrome trace of one training step: %s (open in https://ui.perfetto.dev)\n", o->trace);
+  if (o->trace)
+    printf("Chrome trace of one training step: %s (open in https://ui.perfetto.dev)\n", o->trace);
   return 0;
 }
 
@@ -361,8 +386,10 @@ int main(int argc, char **argv) {
     train_s += epochs[e - 1].seconds;
   }
   if (!rc) rc = finish(&r, epochs, o.epochs, train_s);
-  if (rc) fprintf(stderr, PROG ": %s\n", r.err);
-  else printf("total time: %.1f s\n", (fm_now_us() - t0) * 1e-6);
+  if (rc)
+    fprintf(stderr, PROG ": %s\n", r.err);
+  else
+    printf("total time: %.1f s\n", (fm_now_us() - t0) * 1e-6);
   run_free(&r);
   free(epochs);
   return rc ? 1 : 0;

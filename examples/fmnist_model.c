@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const fm_class_names[FM_CLASSES] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
-                                                "Coat",        "Sandal",  "Shirt",    "Sneaker",
+const char *const fm_class_names[FM_CLASSES] = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                                "Coat",        "Sandal",    "Shirt",    "Sneaker",
                                                 "Bag",         "Ankle boot"};
 
 /* Fashion-MNIST's training-set pixel mean and standard deviation (of
@@ -109,7 +109,8 @@ static graft_value *forward(graft_trace *t, fm_model *m, graft_value *x, graft_v
   for (int i = 0; i < m->n_params; i++) p[i] = graft_read(t, m->params[i]);
   if (m->arch == FM_MLP) {
     graft_value *h = x;
-    for (int l = 0; l < MLP_LAYERS; l++) h = dense(t, h, p[2 * l], p[2 * l + 1], l + 1 == MLP_LAYERS);
+    for (int l = 0; l < MLP_LAYERS; l++)
+      h = dense(t, h, p[2 * l], p[2 * l + 1], l + 1 == MLP_LAYERS);
     return h;
   }
   /* The batch dim is the signature's symbol: reshapes keep it. */
@@ -163,8 +164,8 @@ static const graft_signature SIGNATURE = {
 
 static int function_create(graft_runtime *rt, fm_model *m, const char *name, graft_trace_fn fn,
                            graft_function **out, char *err, size_t errlen) {
-  graft_function_desc d = {.name = name, .trace = fn, .user = m, .n_inputs = 2, .n_outputs = 2,
-                           .signature = &SIGNATURE};
+  graft_function_desc d = {
+      .name = name, .trace = fn, .user = m, .n_inputs = 2, .n_outputs = 2, .signature = &SIGNATURE};
   graft_status s = graft_function_create(rt, &d, out);
   return s ? fm_fail(s, "graft_function_create", err, errlen) : 0;
 }
@@ -208,7 +209,8 @@ int fm_model_create(graft_runtime *rt, const fm_config *cfg, fm_model *m, char *
     fm_fail(s, "graft_variable_create", err, errlen);
     goto fail;
   }
-  graft_optimizer_desc od = {.kind = cfg->optimizer, .lr_var = m->lr,
+  graft_optimizer_desc od = {.kind = cfg->optimizer,
+                             .lr_var = m->lr,
                              .weight_decay = cfg->optimizer == GRAFT_OPT_ADAMW ? 0.01 : 0.0};
   if ((s = graft_optimizer_create(m->root, "optimizer", &od, m->n_params, m->params, &m->opt))) {
     fm_fail(s, "graft_optimizer_create", err, errlen);
@@ -259,7 +261,8 @@ int fm_evaluate(fm_model *m, const idx_dataset *d, int64_t n, int64_t batch, fm_
   if (n <= 0 || n > d->n) n = d->n;
   if (batch > n) batch = n;
   float *x = malloc((size_t)batch * FM_PIXELS * sizeof *x);
-  int32_t *labels = malloc((size_t)batch * sizeof *labels), *pred = malloc((size_t)batch * sizeof *pred);
+  int32_t *labels = malloc((size_t)batch * sizeof *labels),
+          *pred = malloc((size_t)batch * sizeof *pred);
   int64_t *idx = malloc((size_t)batch * sizeof *idx);
   int rc = -1;
   double loss_sum = 0.0;

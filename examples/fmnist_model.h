@@ -48,15 +48,15 @@ const char *fm_arch_name(fm_arch a);
 typedef struct fm_config {
   fm_arch arch;
   graft_optimizer_kind optimizer;
-  double lr;      /* <= 0: the optimizer's default (fm_default_lr) */
-  uint64_t seed;  /* initial weights */
+  double lr;     /* <= 0: the optimizer's default (fm_default_lr) */
+  uint64_t seed; /* initial weights */
 } fm_config;
 
 typedef struct fm_model {
   fm_arch arch;
   graft_module *root, *net, *opt;
-  graft_variable *lr;      /* the optimizer's learning rate (f32, rank 0),
-                              set before each step by the schedule */
+  graft_variable *lr; /* the optimizer's learning rate (f32, rank 0),
+                         set before each step by the schedule */
   double base_lr;
   graft_variable *params[FM_MAX_PARAMS];
   int n_params;
@@ -84,8 +84,8 @@ void fm_batch_fill(const idx_dataset *d, const int64_t *idx, int64_t n, float *x
 void fm_argmax(const float *logits, int64_t n, int32_t *pred);
 
 typedef struct fm_eval {
-  double loss;       /* mean over the images */
-  double accuracy;   /* fraction right */
+  double loss;     /* mean over the images */
+  double accuracy; /* fraction right */
   int64_t n;
   int64_t confusion[FM_CLASSES][FM_CLASSES]; /* [true][predicted] */
 } fm_eval;
@@ -100,13 +100,13 @@ int fm_evaluate(fm_model *m, const idx_dataset *d, int64_t n, int64_t batch, fm_
 typedef struct fm_trainer {
   fm_model *m;
   const idx_dataset *d;
-  int64_t n, batch;        /* images trained on (the first n of d), batch size */
-  int64_t *order;          /* this epoch's order of the n images */
-  float *x;                /* batch x 784 */
-  int32_t *labels, *pred;  /* batch */
+  int64_t n, batch;       /* images trained on (the first n of d), batch size */
+  int64_t *order;         /* this epoch's order of the n images */
+  float *x;               /* batch x 784 */
+  int32_t *labels, *pred; /* batch */
   graft_tensor *in[2], *out[2], *lr;
-  int64_t steps;           /* steps taken */
-  int64_t total_steps;     /* of the schedule */
+  int64_t steps;       /* steps taken */
+  int64_t total_steps; /* of the schedule */
 } fm_trainer;
 
 /* 0, or -1 with err; n <= 0 or over d->n: all of d.  The learning rate

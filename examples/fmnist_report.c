@@ -19,8 +19,12 @@ double fm_now_us(void) {
 
 void fm_progress_begin(fm_progress *p, FILE *to, int epoch, int epochs, int64_t total,
                        int64_t images_left_after) {
-  *p = (fm_progress){.to = to, .tty = isatty(fileno(to)), .epoch = epoch, .epochs = epochs,
-                     .total = total, .images_left_after = images_left_after,
+  *p = (fm_progress){.to = to,
+                     .tty = isatty(fileno(to)),
+                     .epoch = epoch,
+                     .epochs = epochs,
+                     .total = total,
+                     .images_left_after = images_left_after,
                      .start_us = fm_now_us()};
 }
 
@@ -51,8 +55,9 @@ void fm_progress_update(fm_progress *p, int64_t images, double loss, double accu
 }
 
 void fm_progress_end(fm_progress *p, const fm_epoch *e) {
-  fprintf(p->to, "%sepoch %2d/%d  loss %.4f  acc %5.2f%%  test loss %.4f  test acc %5.2f%%  "
-                 "%6.0f img/s  %.1f s\n",
+  fprintf(p->to,
+          "%sepoch %2d/%d  loss %.4f  acc %5.2f%%  test loss %.4f  test acc %5.2f%%  "
+          "%6.0f img/s  %.1f s\n",
           p->tty ? "\r\033[K" : "", e->epoch, p->epochs, e->train_loss, 100 * e->train_accuracy,
           e->test_loss, 100 * e->test_accuracy, e->images_per_s, e->seconds);
   fflush(p->to);
@@ -139,8 +144,9 @@ int fm_plot_curves(const char *csv, const char *png, const char *title, int epoc
   put_quoted(g, png);
   /* An explicit x range: one epoch is one point, which gnuplot's
    * autoscale would call an empty range. */
-  fprintf(g, "\nset datafile separator ','\nset grid\nset xlabel 'epoch'\nset xrange [0.5:%g]\n"
-             "set xtics %d\nset multiplot layout 1,2 title ",
+  fprintf(g,
+          "\nset datafile separator ','\nset grid\nset xlabel 'epoch'\nset xrange [0.5:%g]\n"
+          "set xtics %d\nset multiplot layout 1,2 title ",
           epochs + 0.5, epochs > 20 ? (epochs + 9) / 10 : 1);
   put_quoted(g, title);
   fputs("\nset title 'loss (softmax cross-entropy)'\nset ylabel 'loss'\nplot ", g);

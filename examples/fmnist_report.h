@@ -15,16 +15,16 @@ typedef struct fm_epoch {
   int epoch;
   double train_loss, train_accuracy; /* over the epoch's steps */
   double test_loss, test_accuracy;
-  double images_per_s;               /* training images per second of the epoch */
-  double seconds;                    /* the epoch's training time */
+  double images_per_s; /* training images per second of the epoch */
+  double seconds;      /* the epoch's training time */
 } fm_epoch;
 
 typedef struct fm_progress {
   FILE *to;
-  int tty;              /* redraw a bar in place */
+  int tty; /* redraw a bar in place */
   int epoch, epochs;
-  int64_t images, total;       /* this epoch: done, all */
-  int64_t images_left_after;   /* images of the epochs after this one */
+  int64_t images, total;     /* this epoch: done, all */
+  int64_t images_left_after; /* images of the epochs after this one */
   double start_us, last_draw_us;
 } fm_progress;
 

@@ -16,11 +16,11 @@
  * the last member ignored), so the fuzz target can compare the two. */
 typedef struct source {
   const char *name;
-  gzFile gz;                 /* a file, or NULL */
-  const uint8_t *mem;        /* memory: all of it */
-  size_t mem_size, mem_pos;  /* plain memory: the next byte */
-  z_stream zs;               /* gzip memory */
-  int zs_live, zs_end;       /* inflateInit2 done; the stream is over */
+  gzFile gz;                /* a file, or NULL */
+  const uint8_t *mem;       /* memory: all of it */
+  size_t mem_size, mem_pos; /* plain memory: the next byte */
+  z_stream zs;              /* gzip memory */
+  int zs_live, zs_end;      /* inflateInit2 done; the stream is over */
   char *err;
   size_t errlen;
 } source;
@@ -139,7 +139,8 @@ static int read_header(source *s, int rank, idx_array *a) {
   uint8_t h[4 + 4 * IDX_MAX_RANK];
   int64_t got = source_read(s, h, 4);
   if (got < 0) return -1;
-  if (got < 4) return fail(s, "truncated: %lld bytes, shorter than the 4-byte IDX magic", (long long)got);
+  if (got < 4)
+    return fail(s, "truncated: %lld bytes, shorter than the 4-byte IDX magic", (long long)got);
   if (h[0] || h[1])
     return fail(s, "bad magic %02x %02x %02x %02x: not an IDX file (expected 00 00 08 %02x)", h[0],
                 h[1], h[2], h[3], rank);
@@ -147,7 +148,9 @@ static int read_header(source *s, int rank, idx_array *a) {
     return fail(s, "IDX data type 0x%02x not supported (only 0x08, unsigned bytes)", h[2]);
   if (h[3] != rank)
     return fail(s, "an IDX file of %d dims, expected %d (%s)", h[3], rank,
-                rank == 1 ? "labels" : rank == 3 ? "images" : "the caller's rank");
+                rank == 1   ? "labels"
+                : rank == 3 ? "images"
+                            : "the caller's rank");
   got = source_read(s, h + 4, 4 * (size_t)rank);
   if (got < 0) return -1;
   if (got < 4 * rank)
@@ -205,7 +208,8 @@ static int read_data(source *s, idx_array *a) {
 
 static int read_all(source *s, int rank, idx_array *out) {
   memset(out, 0, sizeof *out);
-  if (rank < 1 || rank > IDX_MAX_RANK) return fail(s, "rank %d asked for, not in 1..%d", rank, IDX_MAX_RANK);
+  if (rank < 1 || rank > IDX_MAX_RANK)
+    return fail(s, "rank %d asked for, not in 1..%d", rank, IDX_MAX_RANK);
   idx_array a = {0};
   if (read_header(s, rank, &a) || read_data(s, &a)) {
     free(a.data);
@@ -224,8 +228,7 @@ int idx_read_file(const char *path, int rank, idx_array *out, char *err, size_t 
   memset(out, 0, sizeof *out);
   errno = 0;
   s.gz = gzopen(path, "rb");
-  if (!s.gz)
-    return fail(&s, "cannot open: %s", errno ? strerror(errno) : "out of memory (zlib)");
+  if (!s.gz) return fail(&s, "cannot open: %s", errno ? strerror(errno) : "out of memory (zlib)");
   int rc = read_all(&s, rank, out);
   source_close(&s);
   return rc;
@@ -249,8 +252,8 @@ void idx_array_free(idx_array *a) {
 /* ---- a labelled split ------------------------------------------------------ */
 
 int idx_dataset_make(idx_array *images, const char *images_name, idx_array *labels,
-                     const char *labels_name, int rows, int cols, int n_classes,
-                     idx_dataset *out, char *err, size_t errlen) {
+                     const char *labels_name, int rows, int cols, int n_classes, idx_dataset *out,
+                     char *err, size_t errlen) {
   source si = {.name = images_name, .err = err, .errlen = errlen};
   source sl = {.name = labels_name, .err = err, .errlen = errlen};
   memset(out, 0, sizeof *out);
@@ -270,8 +273,11 @@ int idx_dataset_make(idx_array *images, const char *images_name, idx_array *labe
     if (labels->data[i] >= n_classes)
       return fail(&sl, "label %d of item %lld is out of range (classes 0..%d)", labels->data[i],
                   (long long)i, n_classes - 1);
-  *out = (idx_dataset){.n = images->dims[0], .rows = (int)images->dims[1],
-                       .cols = (int)images->dims[2], .images = images->data, .labels = labels->data};
+  *out = (idx_dataset){.n = images->dims[0],
+                       .rows = (int)images->dims[1],
+                       .cols = (int)images->dims[2],
+                       .images = images->data,
+                       .labels = labels->data};
   memset(images, 0, sizeof *images);
   memset(labels, 0, sizeof *labels);
   return 0;

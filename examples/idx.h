@@ -29,10 +29,10 @@
 #define IDX_MAX_BYTES ((int64_t)1 << 30)
 
 typedef struct idx_array {
-  int rank;                    /* 1..IDX_MAX_RANK */
-  int64_t dims[IDX_MAX_RANK];  /* dims[0..rank) */
-  int64_t count;               /* product of the dims */
-  uint8_t *data;               /* count bytes; free with idx_array_free */
+  int rank;                   /* 1..IDX_MAX_RANK */
+  int64_t dims[IDX_MAX_RANK]; /* dims[0..rank) */
+  int64_t count;              /* product of the dims */
+  uint8_t *data;              /* count bytes; free with idx_array_free */
 } idx_array;
 
 /* Read the file at path (gzip or plain) expecting rank dims.  0 on
@@ -63,8 +63,8 @@ typedef struct idx_dataset {
  * (images and labels are zeroed); on failure nothing moves.  0 or -1 with
  * err naming the file at fault. */
 int idx_dataset_make(idx_array *images, const char *images_name, idx_array *labels,
-                     const char *labels_name, int rows, int cols, int n_classes,
-                     idx_dataset *out, char *err, size_t errlen);
+                     const char *labels_name, int rows, int cols, int n_classes, idx_dataset *out,
+                     char *err, size_t errlen);
 
 /* Read split "train" or "t10k" from dir: <split>-images-idx3-ubyte.gz
  * and <split>-labels-idx1-ubyte.gz (or the same names without .gz), as

@@ -29,8 +29,8 @@ static const char *path_of(const char *name) {
 
 /* The bytes of an IDX file: magic 00 00 type rank, dims, data, extra bytes
  * appended.  Returns the size; *out is malloc'd. */
-static size_t idx_bytes(uint8_t type, int rank, const uint32_t *dims, const uint8_t *data,
-                        size_t n, size_t extra, uint8_t **out) {
+static size_t idx_bytes(uint8_t type, int rank, const uint32_t *dims, const uint8_t *data, size_t n,
+                        size_t extra, uint8_t **out) {
   size_t size = 4 + 4 * (size_t)rank + n + extra;
   uint8_t *b = malloc(size);
   assert_non_null(b);
@@ -294,8 +294,8 @@ static void test_idx_read_file__missing_file(void **state) {
 /* ---- a split: images and labels ---------------------------------------------------- */
 
 /* Writes dir/<split>-images-idx3-ubyte(.gz) and the labels file. */
-static void write_split(const char *split, int gz, uint32_t n_images, uint32_t rows,
-                        uint32_t cols, uint32_t n_labels, const uint8_t *labels) {
+static void write_split(const char *split, int gz, uint32_t n_images, uint32_t rows, uint32_t cols,
+                        uint32_t n_labels, const uint8_t *labels) {
   char name[128];
   const uint32_t idims[3] = {n_images, rows, cols}, ldims[1] = {n_labels};
   size_t n = (size_t)n_images * rows * cols;
@@ -342,14 +342,16 @@ static void test_idx_dataset_load__label_out_of_range(void **state) {
   (void)state;
   const uint8_t labels[4] = {0, 9, 10, 3};
   write_split("badlabel", 1, 4, 28, 28, 4, labels);
-  assert_load_fails("badlabel", "badlabel-labels-idx1-ubyte.gz", "label 10 of item 2 is out of range");
+  assert_load_fails("badlabel", "badlabel-labels-idx1-ubyte.gz",
+                    "label 10 of item 2 is out of range");
 }
 
 static void test_idx_dataset_load__counts_differ(void **state) {
   (void)state;
   const uint8_t labels[5] = {0, 1, 2, 3, 4};
   write_split("fewer", 1, 5, 28, 28, 4, labels);
-  assert_load_fails("fewer", "fewer-labels-idx1-ubyte.gz", "wrong counts: 4 labels for the 5 images");
+  assert_load_fails("fewer", "fewer-labels-idx1-ubyte.gz",
+                    "wrong counts: 4 labels for the 5 images");
   write_split("noimages", 1, 0, 28, 28, 0, labels);
   assert_load_fails("noimages", "noimages-images-idx3-ubyte.gz", "holds no images");
 }

@@ -33,4 +33,17 @@ __attribute__((noreturn, format(printf, 1, 2))) static inline void fz_die(const 
   abort();
 }
 
+/* What fz_target_check usually does: 0 when the replayed corpus reached
+ * every one of the n kinds of input (reached[i] set), else prints the
+ * names of those it missed and returns 1. */
+static inline int fz_check_reached(int n, const int *reached, const char *const *names) {
+  int missing = 0;
+  for (int i = 0; i < n; i++)
+    if (!reached[i]) {
+      fprintf(stderr, "corpus: no input reaches %s\n", names[i]);
+      missing++;
+    }
+  return missing != 0;
+}
+
 #endif /* GRAFT_FUZZ_H */

@@ -40,23 +40,43 @@ static char g_dir[64], g_path[2][96];
 
 /* What the replayed corpus reached (fz_target_check). */
 enum {
-  R_SPLIT_OK, R_GZIP_OK, R_RAW_GZIP_OK, R_BAD_MAGIC, R_TYPE, R_RANK, R_TRUNCATED, R_TRAILING,
-  R_LIMIT, R_GZIP_CORRUPT, R_LABEL, R_COUNTS, R_SIZE, R_COUNT
+  R_SPLIT_OK,
+  R_GZIP_OK,
+  R_RAW_GZIP_OK,
+  R_BAD_MAGIC,
+  R_TYPE,
+  R_RANK,
+  R_TRUNCATED,
+  R_TRAILING,
+  R_LIMIT,
+  R_GZIP_CORRUPT,
+  R_LABEL,
+  R_COUNTS,
+  R_SIZE,
+  R_COUNT
 };
-static const char *const reached_name[R_COUNT] = {
-    "a split that loads", "a gzip file (compressed here) that reads",
-    "a gzip file written by the fuzzer that reads", "a bad magic", "an unsupported type",
-    "a wrong rank", "a truncated file", "bytes after the data", "a size over the limit",
-    "corrupt gzip data", "a label out of range", "counts that differ", "a wrong image size"};
+static const char *const reached_name[R_COUNT] = {"a split that loads",
+                                                  "a gzip file (compressed here) that reads",
+                                                  "a gzip file written by the fuzzer that reads",
+                                                  "a bad magic",
+                                                  "an unsupported type",
+                                                  "a wrong rank",
+                                                  "a truncated file",
+                                                  "bytes after the data",
+                                                  "a size over the limit",
+                                                  "corrupt gzip data",
+                                                  "a label out of range",
+                                                  "counts that differ",
+                                                  "a wrong image size"};
 static int reached[R_COUNT];
 
 static void note(const char *msg) {
   static const struct {
     const char *text;
     int r;
-  } kinds[] = {{"bad magic", R_BAD_MAGIC},      {"data type", R_TYPE},
-               {"dims, expected", R_RANK},      {"truncated", R_TRUNCATED},
-               {"bytes after the", R_TRAILING}, {"-byte limit", R_LIMIT},
+  } kinds[] = {{"bad magic", R_BAD_MAGIC},       {"data type", R_TYPE},
+               {"dims, expected", R_RANK},       {"truncated", R_TRUNCATED},
+               {"bytes after the", R_TRAILING},  {"-byte limit", R_LIMIT},
                {"corrupt gzip", R_GZIP_CORRUPT}, {"out of range", R_LABEL},
                {"wrong counts: ", R_COUNTS},     {"pixels", R_SIZE}};
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
@@ -151,8 +171,8 @@ static int read_both(int which, const uint8_t *bytes, size_t n, const uint8_t *p
   if (rm) check_failure(rm, name, err_m, out);
   if (rf) check_failure(rf, g_path[which], err_f, &f);
   if (!rm != !rf)
-    fz_die("%s: memory and file readers disagree: memory %s, file %s", name,
-           rm ? err_m : "ok", rf ? err_f : "ok");
+    fz_die("%s: memory and file readers disagree: memory %s, file %s", name, rm ? err_m : "ok",
+           rf ? err_f : "ok");
   if (!rm) {
     if (out->rank != rank || f.rank != rank || out->count != f.count ||
         memcmp(out->dims, f.dims, sizeof f.dims) || memcmp(out->data, f.data, (size_t)f.count))
@@ -171,9 +191,11 @@ static int read_both(int which, const uint8_t *bytes, size_t n, const uint8_t *p
     if (!ok && !rm) fz_die("%s: accepted a malformed file", name);
     if (!rm) {
       for (int i = 0; i < rank; i++)
-        if (out->dims[i] != dims[i]) fz_die("%s: dim %d read as %lld, is %lld", name, i,
-                                            (long long)out->dims[i], (long long)dims[i]);
-      if (memcmp(out->data, plain + at, plain_n - at)) fz_die("%s: data differ from the file's", name);
+        if (out->dims[i] != dims[i])
+          fz_die("%s: dim %d read as %lld, is %lld", name, i, (long long)out->dims[i],
+                 (long long)dims[i]);
+      if (memcmp(out->data, plain + at, plain_n - at))
+        fz_die("%s: data differ from the file's", name);
     }
   }
   return !rm;
@@ -195,8 +217,9 @@ static void check_split(idx_array *a, idx_array *b, int want_28) {
                             : "A.idx";
   for (int64_t i = 0; ok && i < b->count; i++) ok = b->data[i] < 10;
   int rc = idx_dataset_make(a, "A.idx", b, "B.idx", rows, rows, 10, &d, err, sizeof err);
-  if (ok != !rc) fz_die("idx_dataset_make: %s a split the harness %s (%s)", rc ? "refused" : "accepted",
-                        ok ? "accepts" : "refuses", err);
+  if (ok != !rc)
+    fz_die("idx_dataset_make: %s a split the harness %s (%s)", rc ? "refused" : "accepted",
+           ok ? "accepts" : "refuses", err);
   if (rc) {
     note(err);
     if (strncmp(err, culprit, 5)) fz_die("idx_dataset_make names the wrong file: \"%s\"", err);
@@ -236,15 +259,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   return 0;
 }
 
-int fz_target_check(void) {
-  int missing = 0;
-  for (int r = 0; r < R_COUNT; r++)
-    if (!reached[r]) {
-      fprintf(stderr, "corpus: no input reaches %s\n", reached_name[r]);
-      missing++;
-    }
-  return missing != 0;
-}
+int fz_target_check(void) { return fz_check_reached(R_COUNT, reached, reached_name); }
 
 /* ---- seeds ------------------------------------------------------------------------ */
 
