@@ -50,7 +50,8 @@ static void usage(FILE *to) {
       to,
       "usage: " PROG " [options]\n"
       "  --model mlp|cnn       the network (default mlp: 784-256-128-10; cnn: 2 conv + 2 dense)\n"
-      "  --epochs N            epochs to train (default 6; 0 with --load: evaluate only)\n"
+      "  --epochs N            epochs to train (default 6 for mlp, 3 for cnn; 0 with --load:\n"
+      "                        evaluate only)\n"
       "  --batch N             training batch size (default 64)\n"
       "  --lr X                learning rate (default: 1e-3 for adam/adamw, 0.01 momentum, "
       "0.1 sgd)\n"
@@ -83,7 +84,7 @@ static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int
 
 static int parse_args(int argc, char **argv, options *o) {
   *o = (options){.cfg = {.arch = FM_MLP, .optimizer = GRAFT_OPT_ADAM, .seed = 1},
-                 .epochs = 6,
+                 .epochs = -1, /* the model's default */
                  .batch = 64,
                  .data = DEFAULT_DATA,
                  .out = DEFAULT_OUT};
@@ -155,6 +156,7 @@ static int parse_args(int argc, char **argv, options *o) {
       return -1;
     }
   }
+  if (o->epochs < 0) o->epochs = o->cfg.arch == FM_MLP ? 6 : 3;
   if (o->epochs == 0 && !o->load) {
     fprintf(stderr, PROG ": --epochs 0 only evaluates a model given by --load\n");
     return -1;
