@@ -1,8 +1,8 @@
 /* Convolution and pooling: graft_conv2d, graft_max_pool2d, graft_avg_pool2d.
  *
- * conv2d is two ops: cols = im2col(x) ([G, C/G * KH * KW, N * OH * OW],
- * every image's windows side by side), then y = conv2d_gemm(w, cols), one
- * gemm per image and group straight into NCHW y.  Its reverse pass is
+ * conv2d is two ops: cols = im2col(x) ([N, G, C/G * KH * KW, OH * OW],
+ * each image's windows as one contiguous block), then y = conv2d_gemm(w,
+ * cols), one gemm per image and group straight into NCHW y.  Its reverse pass is
  * conv2d_backward_weight(g, cols) (the weight's gradient, summed over the
  * batch in a fixed order) and col2im(conv2d_backward_columns(w, g)) (the
  * input's); these products are bilinear and each other's adjoints, so
@@ -172,7 +172,7 @@ GRAFT_API graft_value *graft_conv2d(graft_trace *t, graft_value *x, graft_value 
                 "weight %s: %lld x %lld per group exceeds the BLAS int range (%d)", ws,
                 (long long)(O / groups), (long long)rows, INT_MAX);
   const int64_t N = xn->shape[0];
-  const int64_t out_dims[4] = {N, O, oh, ow}, col_dims[4] = {groups, rows, N, graft__size_mul_sat(oh, ow)};
+  const int64_t out_dims[4] = {N, O, oh, ow}, col_dims[4] = {N, groups, rows, graft__size_mul_sat(oh, ow)};
   if (!fits(t, op, "output", out_dims, (graft_dtype)xn->dtype) ||
       !fits(t, op, "column buffer", col_dims, (graft_dtype)xn->dtype))
     return GRAFT__POISON;
@@ -231,7 +231,7 @@ GRAFT_API graft_value *graft_avg_pool2d(graft_trace *t, graft_value *x, const in
     if (img == GRAFT__POISON) return img;
     memcpy(a.x, graft__value_node(t->g, img)->shape, sizeof a.x);
   }
-  const int axis = 1;
+  const int axis = 2; /* the window's elements: columns [N * C, 1, KH * KW, OH * OW] */
   graft_value *mean = graft_reduce_mean(t, graft__emit_conv(t, GRAFT__OP_IM2COL, 1, &img, &a), 1,
                                         &axis, 0);
   const int64_t nchw[4] = {xn->shape[0], xn->shape[1], oh, ow};

@@ -481,20 +481,9 @@ static graft_status conv_geom(graft__shape_ctx *c, const struct graft__conv_attr
   return GRAFT_OK;
 }
 
-/* n * per, a derived symbol when n is one. */
-static graft_status sym_mul(graft__shape_ctx *c, int64_t n, int64_t per, int64_t *out) {
-  if (n < 0) {
-    *out = derived(c);
-    return *out == -1 ? fail(c, GRAFT_ENOMEM, "out of memory") : GRAFT_OK;
-  }
-  if (graft__size_mul(n, per, out))
-    return fail(c, GRAFT_ESHAPE, "%lld x %lld columns overflow int64", (long long)n, (long long)per);
-  return GRAFT_OK;
-}
-
-/* IM2COL: image [N, C, H, W] -> columns [G, C/G * KH * KW, N * OH * OW]:
- * column (n, oh, ow) of group g holds the window of output pixel (oh, ow)
- * of image n over g's channels, 0 where it reaches into the padding. */
+/* IM2COL: image [N, C, H, W] -> columns [N, G, C/G * KH * KW, OH * OW]:
+ * column (oh, ow) of image n's group g holds the window of output pixel
+ * (oh, ow) over g's channels, 0 where it reaches into the padding. */
 static graft_status im2col_shape(graft__shape_ctx *c, const struct graft__conv_attr *a,
                                  const graft__shape *x, graft__shape *out) {
   int64_t oh, ow, rows, cols;
@@ -505,9 +494,7 @@ static graft_status im2col_shape(graft__shape_ctx *c, const struct graft__conv_a
     return fail(c, GRAFT_ESHAPE, "windows of %lldx%lld over %lld channels, %lldx%lld of them, "
                 "overflow int64", (long long)a->k[0], (long long)a->k[1], (long long)x->dims[1],
                 (long long)oh, (long long)ow);
-  st = sym_mul(c, x->dims[0], cols, &cols);
-  if (st) return st;
-  *out = (graft__shape){x->dtype, 3, {a->groups, rows, cols}};
+  *out = (graft__shape){x->dtype, 4, {x->dims[0], a->groups, rows, cols}};
   return GRAFT_OK;
 }
 
@@ -524,8 +511,8 @@ graft_status graft__shape_col2im(graft__shape_ctx *c, const graft__node *n,
   for (int i = 0; i < 4; i++) x.dims[i] = res(c, n->attr.conv.x[i]);
   graft_status st = im2col_shape(c, &n->attr.conv, &x, &want);
   if (st) return st;
-  int ok = in[0].rank == 3;
-  for (int i = 0; ok && i < 3; i++)
+  int ok = in[0].rank == 4;
+  for (int i = 0; ok && i < 4; i++)
     ok = in[0].dims[i] == want.dims[i] || in[0].dims[i] < 0 || want.dims[i] < 0;
   if (!ok) {
     shape_buf b, i, w;
@@ -555,8 +542,7 @@ static graft_status conv_operand(graft__shape_ctx *c, const graft__shape *have,
 /* The products of conv2d over columns c = im2col(x) (shapes from attr.x,
  * whose batch dim may be a symbol): CONV_MM (w, c) -> y [N, O, OH, OW],
  * CONV_MM_W (g, c) -> the weight's shape, CONV_MM_COLS (w, g) -> c's shape.
- * Each is one gemm per image and group with the columns' row length as a
- * leading dimension, which CBLAS takes as an int. */
+ * Each is one gemm per image and group, whose sizes CBLAS takes as ints. */
 static graft_status conv_mm_geom(graft__shape_ctx *c, const graft__node *n, const graft__shape *w,
                                  graft__shape *cols, graft__shape *y) {
   const struct graft__conv_attr *a = &n->attr.conv;
@@ -570,9 +556,9 @@ static graft_status conv_mm_geom(graft__shape_ctx *c, const graft__node *n, cons
   if (w->rank != 4 || w->dims[0] < 0 || w->dims[0] % a->groups ||
       w->dims[1] != x.dims[1] / a->groups || w->dims[2] != a->k[0] || w->dims[3] != a->k[1])
     return fail(c, GRAFT_ESHAPE, "weight %s does not match image %s", shp(b, w), shp(d, &x));
-  if (cols->dims[2] > INT_MAX)
-    return fail(c, GRAFT_EUNSUPPORTED, "image %s: %lld columns exceed the BLAS int range (%d)",
-                shp(b, &x), (long long)cols->dims[2], INT_MAX);
+  if (cols->dims[2] > INT_MAX || cols->dims[3] > INT_MAX)
+    return fail(c, GRAFT_EUNSUPPORTED, "image %s: %lld x %lld columns exceed the BLAS int range (%d)",
+                shp(b, &x), (long long)cols->dims[2], (long long)cols->dims[3], INT_MAX);
   *y = (graft__shape){w->dtype, 4, {x.dims[0], w->dims[0], oh, ow}};
   return GRAFT_OK;
 }

@@ -8,9 +8,10 @@
  * one window (or one element's windows) in a fixed order.  So any split
  * of the units gives the same bits.
  *
- * Geometry (attr.conv): image [N, C, H, W], columns [G, R, S] with
- * R = C/G * KH * KW rows (channel, kh, kw) and S = N * OH * OW columns
- * (image, oh, ow).  Window (oh, ow) covers input rows
+ * Geometry (attr.conv): image [N, C, H, W], columns [N, G, R, OH * OW]
+ * (image-major: each image's block is contiguous, so the gemms read and
+ * write it with leading dimension OH * OW and im2col / col2im stream it)
+ * with R = C/G * KH * KW rows (channel, kh, kw) and columns (oh, ow).  Window (oh, ow) covers input rows
  * oh * sh - ph + kh * dh and columns ow * sw - pw + kw * dw.
  */
 #include <cblas.h>
@@ -21,7 +22,7 @@
 #include "kernels/kernels_int.h"
 
 typedef struct conv_geom {
-  int64_t N, C, H, W, G, Cg, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, OHW, R, S;
+  int64_t N, C, H, W, G, Cg, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, OHW, R, S; /* S = N * OHW */
 } conv_geom;
 
 /* The geometry of node k over an image of shape x (N, C, H, W). */
@@ -80,22 +81,24 @@ static inline void sweep_range(int64_t c0, int64_t c1, int64_t s, int64_t off, i
 
 /* ---- im2col / col2im ---------------------------------------------------- */
 
-/* Output lines (one column row's run over ow) are walked in order; the
- * coordinates of the first are divided out once, later ones step. */
+/* Output lines (one column row's run over ow, at one oh) are walked in
+ * order; the coordinates of the first are divided out once, later ones
+ * step, and a column row's (image, group, row) once per OH lines. */
 #define DEF_IM2COL(NAME, T)                                                               \
   static void NAME(const conv_geom *g, const T *x, T *out, int64_t begin, int64_t end) {  \
     const int64_t KK = g->KH * g->KW;                                                     \
-    int64_t row = begin / g->S, col = begin % g->S;                                       \
-    int64_t n = col / g->OHW, oh = col % g->OHW / g->OW, ow0 = col % g->OW;               \
-    for (int64_t i = begin; i < end;) {                                                   \
-      const int64_t grp = row / g->R, r = row % g->R;                                     \
+    int64_t q = begin / g->OHW, oh = begin % g->OHW / g->OW, ow0 = begin % g->OW;         \
+    for (int64_t i = begin; i < end; q++, oh = 0) {                                       \
+      /* column row q: image n, group grp, row r = (channel, kh, kw) */                   \
+      const int64_t n = q / (g->G * g->R), grp = q / g->R % g->G, r = q % g->R;           \
       const int64_t c = grp * g->Cg + r / KK, kh = r % KK / g->KW, kw = r % g->KW;        \
       const int64_t off = kw * g->dw - g->pw;                                             \
+      const T *img = x + (n * g->C + c) * g->H * g->W;                                    \
       int64_t vlo, vhi; /* the ow whose input column is inside the row */                 \
       sweep_range(0, g->W, g->sw, off, g->OW, &vlo, &vhi);                                \
-      for (; i < end; ow0 = 0) {                                                          \
+      for (; oh < g->OH && i < end; oh++, ow0 = 0) {                                      \
         const int64_t ow1 = GRAFT__MIN(g->OW, ow0 + (end - i));                           \
-        T *o = out + i - ow0; /* o[ow] is output column (n, oh, ow) */                    \
+        T *o = out + i - ow0; /* o[ow] is column (oh, ow) */                              \
         const int64_t ih = oh * g->sh - g->ph + kh * g->dh;                               \
         int64_t lo = ow0, hi = ow0;                                                       \
         if (ih >= 0 && ih < g->H) {                                                       \
@@ -104,7 +107,7 @@ static inline void sweep_range(int64_t c0, int64_t c1, int64_t s, int64_t off, i
         }                                                                                 \
         for (int64_t ow = ow0; ow < lo; ow++) o[ow] = 0;                                  \
         if (hi > lo) {                                                                    \
-          const T *src = x + ((n * g->C + c) * g->H + ih) * g->W; /* the input row */     \
+          const T *src = img + ih * g->W; /* the input row */                             \
           if (g->sw == 1)                                                                 \
             memcpy(o + lo, src + lo + off, (size_t)(hi - lo) * sizeof(T));                \
           else                                                                            \
@@ -112,15 +115,6 @@ static inline void sweep_range(int64_t c0, int64_t c1, int64_t s, int64_t off, i
         }                                                                                 \
         for (int64_t ow = hi; ow < ow1; ow++) o[ow] = 0;                                  \
         i += ow1 - ow0;                                                                   \
-        if (++oh == g->OH) {                                                              \
-          oh = 0;                                                                         \
-          if (++n == g->N) { /* next column row */                                        \
-            n = 0;                                                                        \
-            row++;                                                                        \
-            ow0 = 0;                                                                      \
-            break;                                                                        \
-          }                                                                               \
-        }                                                                                 \
       }                                                                                   \
     }                                                                                     \
   }
@@ -160,8 +154,8 @@ graft_status graft__k_IM2COL(const graft__kargs *k, int64_t begin, int64_t end) 
         if (oh >= g->OH) continue;                                                        \
         for (int64_t kw = 0; kw < g->KW; kw++) {                                          \
           const int64_t off = kw * g->dw - g->pw;                                         \
-          const T *src = cols + ((grp * g->R + (cg * g->KH + kh) * g->KW + kw) * g->S +   \
-                                 n * g->OHW + oh * g->OW);                                \
+          const T *src = cols + (((n * g->G + grp) * g->R + (cg * g->KH + kh) * g->KW + kw) * \
+                                 g->OHW + oh * g->OW);                                    \
           int64_t lo, hi;                                                                 \
           sweep_range(iw0, iw1, g->sw, off, g->OW, &lo, &hi);                             \
           if (g->sw == 1) {                                                               \
@@ -204,8 +198,8 @@ graft_status graft__k_COL2IM(const graft__kargs *k, int64_t begin, int64_t end) 
 /* ---- the products: one gemm per image and group ---------------------------
  *
  * With W_g the weight rows of group g ([O/G, R]), c_ng the columns of
- * image n in group g ([R, OH*OW], a block of the columns' rows with leading
- * dimension S) and y_ng its output channels ([O/G, OH*OW] of NCHW y):
+ * image n in group g ([R, OH*OW], contiguous) and y_ng its output channels
+ * ([O/G, OH*OW] of NCHW y):
  *   CONV_MM       y_ng = W_g c_ng             units (n, g), one gemm each
  *   CONV_MM_COLS  c_ng = W_g^T y_ng           units (n, g), one gemm each
  *   CONV_MM_W     W_g = sum over n of y_ng c_ng^T, in increasing n (one gemm
@@ -250,7 +244,7 @@ static graft_status mm_setup(const graft__kargs *k, int64_t begin, int64_t end, 
       w->numel != w->shape[0] * g->R || cols->numel != g->G * g->R * g->S ||
       g->OH != y->shape[2] || g->OW != y->shape[3])
     return graft__kernel_internal(k, "operands do not match the sweep");
-  if (w->shape[0] / g->G > INT_MAX || g->R > INT_MAX || g->S > INT_MAX || g->OHW > INT_MAX) {
+  if (w->shape[0] / g->G > INT_MAX || g->R > INT_MAX || g->OHW > INT_MAX) {
     if (k->msg) graft__msgf(k->msg, "gemm sizes exceed the BLAS int range");
     return GRAFT_EUNSUPPORTED;
   }
@@ -260,8 +254,8 @@ static graft_status mm_setup(const graft__kargs *k, int64_t begin, int64_t end, 
 #define DEF_CONV_MM(NAME, T, GEMM)                                                            \
   static void NAME(const graft__kargs *k, const conv_geom *g, int64_t begin, int64_t end) {  \
     const int op = k->node->op;                                                             \
-    const int64_t O = nchw_of(k)->shape[1], Og = O / g->G, R = g->R, S = g->S, P = g->OHW;  \
-    const int m = (int)Og, r = (int)R, p = (int)P, s = (int)S;                              \
+    const int64_t O = nchw_of(k)->shape[1], Og = O / g->G, R = g->R, P = g->OHW;            \
+    const int m = (int)Og, r = (int)R, p = (int)P;                                          \
     const T *w = op == GRAFT__OP_CONV_MM_W ? NULL : k->in[0]->data;                         \
     if (op == GRAFT__OP_CONV_MM) {                                                          \
       const T *cols = k->in[1]->data;                                                       \
@@ -271,18 +265,17 @@ static graft_status mm_setup(const graft__kargs *k, int64_t begin, int64_t end, 
         T *yb = y + (n * O + grp * Og) * P;                                                 \
         if (R == 0) memset(yb, 0, (size_t)(Og * P) * sizeof(T));                            \
         else GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, p, r, 1, w + grp * Og * R, r, \
-                  cols + grp * R * S + n * P, s, 0, yb, p);                                 \
+                  cols + (n * g->G + grp) * R * P, p, 0, yb, p);                            \
       }                                                                                     \
     } else if (op == GRAFT__OP_CONV_MM_COLS) {                                              \
       const T *y = k->in[1]->data;                                                          \
       T *cols = k->out->data;                                                               \
       for (int64_t u = begin; u < end; u++) {                                               \
         const int64_t n = u / g->G, grp = u % g->G;                                         \
-        T *cb = cols + grp * R * S + n * P;                                                 \
-        if (Og == 0)                                                                        \
-          for (int64_t i = 0; i < R; i++) memset(cb + i * S, 0, (size_t)P * sizeof(T));     \
+        T *cb = cols + (n * g->G + grp) * R * P;                                            \
+        if (Og == 0) memset(cb, 0, (size_t)(R * P) * sizeof(T));                            \
         else GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, r, p, m, 1, w + grp * Og * R, r, \
-                  y + (n * O + grp * Og) * P, p, 0, cb, s);                                 \
+                  y + (n * O + grp * Og) * P, p, 0, cb, p);                                 \
       }                                                                                     \
     } else {                                                                                \
       const T *y = k->in[0]->data, *cols = k->in[1]->data;                                  \
@@ -292,7 +285,7 @@ static graft_status mm_setup(const graft__kargs *k, int64_t begin, int64_t end, 
         if (g->N == 0 || P == 0) memset(wb, 0, (size_t)(Og * R) * sizeof(T));               \
         for (int64_t n = 0; n < g->N && P > 0; n++)                                         \
           GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r, p, 1, y + (n * O + grp * Og) * P, \
-               p, cols + grp * R * S + n * P, s, n ? 1 : 0, wb, r);                          \
+               p, cols + (n * g->G + grp) * R * P, p, n ? 1 : 0, wb, r);                     \
       }                                                                                     \
     }                                                                                       \
   }
@@ -426,8 +419,8 @@ static int pool_2x2(const conv_geom *g) {
  * sums its windows' cotangents in that order whatever the tiling.  In a
  * 2x2 pool each element is in one window at most: the window writes 0 + g
  * at its argmax and 0 at its other three elements (the same bits), with
- * selects; a window holding NaN asks the general argmax. */
-#define DEF_POOL_GRAD(NAME, ARGMAX, T)                                                \
+ * masks; a window holding NaN asks the general argmax. */
+#define DEF_POOL_GRAD(NAME, ARGMAX, T, UT)                                              \
   static void NAME(const conv_geom *g, const T *x, const T *cot, T *out, int64_t begin, \
                    int64_t end) {                                                     \
     const int64_t HW = g->H * g->W, W = g->W;                                         \
@@ -451,11 +444,18 @@ static int pool_2x2(const conv_geom *g) {
             k += (2 - k) & -(int)(c == m);                                            \
             k += (1 - k) & -(int)(b == m);                                            \
             k &= -(int)(a != m);                                                      \
-            o[e] = o[e + 1] = o[e + W] = o[e + W + 1] = 0;                            \
             if (!((a != a) | (b != b) | (c != c) | (d != d))) {                       \
-              o[e + (k & 1) + (k >> 1) * W] = G;                                      \
+              /* G's bits where k points, 0 elsewhere: masks, no branch and no      \
+               * store to a data-dependent address */                               \
+              UT gb, z;                                                               \
+              memcpy(&gb, &G, sizeof gb);                                             \
+              z = gb & ((UT)0 - (UT)(k == 0)), memcpy(o + e, &z, sizeof z);           \
+              z = gb & ((UT)0 - (UT)(k == 1)), memcpy(o + e + 1, &z, sizeof z);       \
+              z = gb & ((UT)0 - (UT)(k == 2)), memcpy(o + e + W, &z, sizeof z);       \
+              z = gb & ((UT)0 - (UT)(k == 3)), memcpy(o + e + W + 1, &z, sizeof z);   \
               continue;                                                               \
             }                                                                         \
+            o[e] = o[e + 1] = o[e + W] = o[e + W + 1] = 0;                            \
           }                                                                           \
           T m;                                                                        \
           const int64_t a = ARGMAX(g, xp, oh, ow, 1, &m);                             \
@@ -468,8 +468,8 @@ DEF_ARGMAX(argmax_f32, float)
 DEF_ARGMAX(argmax_f64, double)
 DEF_POOL(pool_f32, argmax_f32, float)
 DEF_POOL(pool_f64, argmax_f64, double)
-DEF_POOL_GRAD(pool_grad_f32, argmax_f32, float)
-DEF_POOL_GRAD(pool_grad_f64, argmax_f64, double)
+DEF_POOL_GRAD(pool_grad_f32, argmax_f32, float, uint32_t)
+DEF_POOL_GRAD(pool_grad_f64, argmax_f64, double, uint64_t)
 
 /* The pool geometry of k and the check of its second operand (shaped like
  * the image for select, like the output for the gradient). */
