@@ -152,10 +152,35 @@ graft_status graft__k_IM2COL(const graft__kargs *k, int64_t begin, int64_t end) 
         if (th < 0 || (g->sh > 1 && th % g->sh)) continue;                                \
         const int64_t oh = g->sh > 1 ? th / g->sh : th;                                   \
         if (oh >= g->OH) continue;                                                        \
+        const T *src0 = cols + (((n * g->G + grp) * g->R + (cg * g->KH + kh) * g->KW) *   \
+                                g->OHW + oh * g->OW); /* row kw is src0 + kw * OHW */     \
+        if (g->sw == 1 && g->dw == 1) {                                                   \
+          /* ow = iw + pw - kw: inside [lo, hi) every kw has its ow in range */          \
+          const int64_t lo = GRAFT__MIN(GRAFT__MAX(iw0, g->KW - 1 - g->pw), iw1);         \
+          const int64_t hi = GRAFT__MAX(GRAFT__MIN(iw1, g->OW - g->pw), lo);              \
+          for (int part = 0; part < 3; part++) { /* edge, inside, edge */                \
+            const int64_t a = part == 0 ? iw0 : part == 1 ? lo : hi;                      \
+            const int64_t b = part == 0 ? lo : part == 1 ? hi : iw1;                      \
+            const T *s = src0 + g->pw; /* element j, row kw: s[kw * (OHW - 1) + j] */     \
+            if (part == 1 && g->KW == 3) {                                                \
+              const T *s1 = s + (g->OHW - 1), *s2 = s + 2 * (g->OHW - 1);                 \
+              for (int64_t j = a; j < b; j++) o[j] = o[j] + s[j] + s1[j] + s2[j];         \
+              continue;                                                                   \
+            }                                                                             \
+            for (int64_t j = a; j < b; j++) {                                             \
+              T acc = o[j];                                                               \
+              for (int64_t kw = 0; kw < g->KW; kw++) {                                    \
+                const int64_t ow = j + g->pw - kw;                                        \
+                if (part == 1 || (ow >= 0 && ow < g->OW)) acc += src0[kw * g->OHW + ow];  \
+              }                                                                           \
+              o[j] = acc;                                                                 \
+            }                                                                             \
+          }                                                                               \
+          continue;                                                                       \
+        }                                                                                 \
         for (int64_t kw = 0; kw < g->KW; kw++) {                                          \
           const int64_t off = kw * g->dw - g->pw;                                         \
-          const T *src = cols + (((n * g->G + grp) * g->R + (cg * g->KH + kh) * g->KW + kw) * \
-                                 g->OHW + oh * g->OW);                                    \
+          const T *src = src0 + kw * g->OHW;                                              \
           int64_t lo, hi;                                                                 \
           sweep_range(iw0, iw1, g->sw, off, g->OW, &lo, &hi);                             \
           if (g->sw == 1) {                                                               \
@@ -417,10 +442,11 @@ static int pool_2x2(const conv_geom *g) {
 /* MAX_POOL2D_GRAD, units planes (n, c): each plane is zeroed, then every
  * window in (oh, ow) order adds its cotangent at its argmax, so an element
  * sums its windows' cotangents in that order whatever the tiling.  In a
- * 2x2 pool each element is in one window at most: the window writes 0 + g
- * at its argmax and 0 at its other three elements (the same bits), with
- * masks; a window holding NaN asks the general argmax. */
-#define DEF_POOL_GRAD(NAME, ARGMAX, T, UT)                                              \
+ * 2x2 pool each element is in one window at most, and a row of windows is
+ * done at once without branches: each element gets 0 + g if it is its
+ * window's first maximum, else 0 (the same bits); a row holding NaN is
+ * redone by the general path. */
+#define DEF_POOL_GRAD(NAME, ARGMAX, T)                                                \
   static void NAME(const conv_geom *g, const T *x, const T *cot, T *out, int64_t begin, \
                    int64_t end) {                                                     \
     const int64_t HW = g->H * g->W, W = g->W;                                         \
@@ -429,38 +455,34 @@ static int pool_2x2(const conv_geom *g) {
       T *o = out + plane * HW;                                                        \
       const T *xp = x + plane * HW, *gp = cot + plane * g->OHW;                       \
       if (!fast || g->H % 2 || g->W % 2) memset(o, 0, (size_t)HW * sizeof(T));        \
-      for (int64_t oh = 0; oh < g->OH; oh++)                                          \
+      for (int64_t oh = 0; oh < g->OH; oh++) {                                        \
+        const T *r0 = xp + 2 * oh * W, *r1 = r0 + W, *gr = gp + oh * g->OW;           \
+        T *o0 = o + 2 * oh * W, *o1 = o0 + W;                                         \
+        int nan = 0;                                                                  \
+        for (int64_t ow = 0; fast && ow < g->OW; ow++) {                              \
+          const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1]; \
+          T m = a;                                                                    \
+          m = b > m ? b : m;                                                          \
+          m = c > m ? c : m;                                                          \
+          m = d > m ? d : m;                                                          \
+          nan |= (a != a) | (b != b) | (c != c) | (d != d);                           \
+          const int fa = a == m, fb = !fa & (b == m), fc = !(fa | fb) & (c == m);     \
+          const int fd = !(fa | fb | fc);                                             \
+          const T G = (T)0 + gr[ow];                                                  \
+          o0[2 * ow] = fa ? G : (T)0;                                                 \
+          o0[2 * ow + 1] = fb ? G : (T)0;                                             \
+          o1[2 * ow] = fc ? G : (T)0;                                                 \
+          o1[2 * ow + 1] = fd ? G : (T)0;                                             \
+        }                                                                             \
+        if (fast && !nan) continue;                                                   \
+        if (fast)                                                                     \
+          for (int64_t ow = 0; ow < 2 * g->OW; ow++) o0[ow] = o1[ow] = 0;             \
         for (int64_t ow = 0; ow < g->OW; ow++) {                                      \
-          const T G = (T)0 + gp[oh * g->OW + ow];                                     \
-          if (fast) {                                                                 \
-            const int64_t e = 2 * oh * W + 2 * ow;                                    \
-            const T a = xp[e], b = xp[e + 1], c = xp[e + W], d = xp[e + W + 1];       \
-            T m = a;                                                                  \
-            m = b > m ? b : m;                                                        \
-            m = c > m ? c : m;                                                        \
-            m = d > m ? d : m;                                                        \
-            /* the first of a, b, c, d equal to m, by integer masks */               \
-            int k = 3 & -(int)(d == m);                                               \
-            k += (2 - k) & -(int)(c == m);                                            \
-            k += (1 - k) & -(int)(b == m);                                            \
-            k &= -(int)(a != m);                                                      \
-            if (!((a != a) | (b != b) | (c != c) | (d != d))) {                       \
-              /* G's bits where k points, 0 elsewhere: masks, no branch and no      \
-               * store to a data-dependent address */                               \
-              UT gb, z;                                                               \
-              memcpy(&gb, &G, sizeof gb);                                             \
-              z = gb & ((UT)0 - (UT)(k == 0)), memcpy(o + e, &z, sizeof z);           \
-              z = gb & ((UT)0 - (UT)(k == 1)), memcpy(o + e + 1, &z, sizeof z);       \
-              z = gb & ((UT)0 - (UT)(k == 2)), memcpy(o + e + W, &z, sizeof z);       \
-              z = gb & ((UT)0 - (UT)(k == 3)), memcpy(o + e + W + 1, &z, sizeof z);   \
-              continue;                                                               \
-            }                                                                         \
-            o[e] = o[e + 1] = o[e + W] = o[e + W + 1] = 0;                            \
-          }                                                                           \
           T m;                                                                        \
           const int64_t a = ARGMAX(g, xp, oh, ow, 1, &m);                             \
-          if (a >= 0) o[a] += gp[oh * g->OW + ow];                                    \
+          if (a >= 0) o[a] += gr[ow];                                                 \
         }                                                                             \
+      }                                                                               \
     }                                                                                 \
   }
 
@@ -468,8 +490,8 @@ DEF_ARGMAX(argmax_f32, float)
 DEF_ARGMAX(argmax_f64, double)
 DEF_POOL(pool_f32, argmax_f32, float)
 DEF_POOL(pool_f64, argmax_f64, double)
-DEF_POOL_GRAD(pool_grad_f32, argmax_f32, float, uint32_t)
-DEF_POOL_GRAD(pool_grad_f64, argmax_f64, double, uint64_t)
+DEF_POOL_GRAD(pool_grad_f32, argmax_f32, float)
+DEF_POOL_GRAD(pool_grad_f64, argmax_f64, double)
 
 /* The pool geometry of k and the check of its second operand (shaped like
  * the image for select, like the output for the gradient). */
