@@ -95,13 +95,14 @@ static graft_value *dense(graft_trace *t, graft_value *x, graft_value *w, graft_
 }
 
 /* conv 3x3 (pad 1) of x [B, C, H, W] with w [O, C, 3, 3] + b [O], relu,
- * max-pool 2: [B, O, H / 2, W / 2]. */
+ * max-pool 2: [B, O, H / 2, W / 2].  Computed as pool, then bias, then
+ * relu: the same values (a per-channel bias and relu are monotonic, so
+ * they commute with the max), on a quarter of the elements. */
 static graft_value *conv_block(graft_trace *t, graft_value *x, graft_value *w, graft_value *b) {
   static const int64_t pad[2] = {1, 1}, two[2] = {2, 2};
   const int64_t bias_shape[3] = {graft_value_shape(w) ? graft_value_shape(w)[0] : 1, 1, 1};
-  graft_value *h = graft_conv2d(t, x, w, NULL, pad, NULL, 1);
-  h = graft_relu(t, graft_add(t, h, graft_reshape(t, b, 3, bias_shape)));
-  return graft_max_pool2d(t, h, two, NULL, NULL);
+  graft_value *h = graft_max_pool2d(t, graft_conv2d(t, x, w, NULL, pad, NULL, 1), two, NULL, NULL);
+  return graft_relu(t, graft_add(t, h, graft_reshape(t, b, 3, bias_shape)));
 }
 
 /* The logits of x [B, 784]; p[] receives the reads of the parameters. */
