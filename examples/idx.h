@@ -66,9 +66,10 @@ int idx_dataset_make(idx_array *images, const char *images_name, idx_array *labe
                      const char *labels_name, int rows, int cols, int n_classes, idx_dataset *out,
                      char *err, size_t errlen);
 
-/* Read split "train" or "t10k" from dir: <split>-images-idx3-ubyte.gz
- * and <split>-labels-idx1-ubyte.gz (or the same names without .gz), as
- * idx_dataset_make checks them. */
+/* Read split "train" or "t10k" from dir: <split>-images-idx3-ubyte and
+ * <split>-labels-idx1-ubyte, each the plain file where it exists, else
+ * the name with .gz (as Debian ships them; messages name the .gz then),
+ * and check them as idx_dataset_make does. */
 int idx_dataset_load(const char *dir, const char *split, int rows, int cols, int n_classes,
                      idx_dataset *out, char *err, size_t errlen);
 
