@@ -6,7 +6,7 @@
       runs it: the example must work exactly as printed).
   readme_example.py compare README.md examples/quickstart.c
       Exit 1, with a diff, unless that block is examples/quickstart.c
-      byte for byte (`make demo` runs quickstart.c: one program, one text).
+      byte for byte (one program, one text).
 """
 import difflib
 import sys
