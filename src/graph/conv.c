@@ -164,18 +164,18 @@ GRAFT_API graft_value *graft_conv2d(graft_trace *t, graft_value *x, graft_value 
   if (!sweep(t, op, xn, wn->shape + 2, stride, one, padding, dilation, &a, &oh, &ow))
     return GRAFT__POISON;
   a.groups = groups;
-  /* CBLAS takes int sizes (the batch's columns are checked by matmul's
-   * rule once the batch is known). */
-  int64_t rows = graft__size_mul_sat(graft__size_mul_sat(wn->shape[1], a.k[0]), a.k[1]);
-  if (rows > INT_MAX || O / groups > INT_MAX)
-    return fail(t, op, GRAFT_EUNSUPPORTED,
-                "weight %s: %lld x %lld per group exceeds the BLAS int range (%d)", ws,
-                (long long)(O / groups), (long long)rows, INT_MAX);
   const int64_t N = xn->shape[0];
+  const int64_t rows = graft__size_mul_sat(graft__size_mul_sat(wn->shape[1], a.k[0]), a.k[1]);
   const int64_t out_dims[4] = {N, O, oh, ow}, col_dims[4] = {N, groups, rows, graft__size_mul_sat(oh, ow)};
   if (!fits(t, op, "output", out_dims, (graft_dtype)xn->dtype) ||
       !fits(t, op, "column buffer", col_dims, (graft_dtype)xn->dtype))
     return GRAFT__POISON;
+  /* Each gemm is [O/G, C/G*KH*KW] x [C/G*KH*KW, OH*OW], in CBLAS's ints. */
+  if (rows > INT_MAX || O / groups > INT_MAX || graft__size_mul_sat(oh, ow) > INT_MAX)
+    return fail(t, op, GRAFT_EUNSUPPORTED,
+                "weight %s on input %s: gemms of %lld x %lld x %lld per image and group exceed "
+                "the BLAS int range (%d)", ws, xs, (long long)(O / groups), (long long)rows,
+                (long long)graft__size_mul_sat(oh, ow), INT_MAX);
   graft_value *in[2] = {w, graft__emit_conv(t, GRAFT__OP_IM2COL, 1, &x, &a)};
   return graft__emit_conv(t, GRAFT__OP_CONV_MM, 2, in, &a);
 }
