@@ -1,7 +1,7 @@
 /* JVP rules of the convolution family: im2col and col2im are linear, the
  * max-pool routing ops are linear in their second operand (their argmax is
  * piecewise constant in x), so the tangent is the op applied to the
- * tangent; conv2d's products are bilinear: d op(a, b) = op(da, b) +
+ * tangent; conv2d and its gradients are bilinear: d op(a, b) = op(da, b) +
  * op(a, db). */
 #include "grad/grad.h"
 
@@ -60,19 +60,19 @@ static graft_value *bilinear(graft_trace *t, const graft__node *n, graft_value *
   return d[0] && d[1] ? graft_add(t, d[0], d[1]) : d[0] ? d[0] : d[1];
 }
 
-graft_value *graft__jvp_CONV_MM(graft_trace *t, const graft__node *n, graft_value *const *in,
+graft_value *graft__jvp_CONV2D(graft_trace *t, const graft__node *n, graft_value *const *in,
                                 graft_value *y, graft_value *const *tin) {
   (void)y;
   return bilinear(t, n, in, tin);
 }
 
-graft_value *graft__jvp_CONV_MM_W(graft_trace *t, const graft__node *n, graft_value *const *in,
+graft_value *graft__jvp_CONV2D_W(graft_trace *t, const graft__node *n, graft_value *const *in,
                                   graft_value *y, graft_value *const *tin) {
   (void)y;
   return bilinear(t, n, in, tin);
 }
 
-graft_value *graft__jvp_CONV_MM_COLS(graft_trace *t, const graft__node *n,
+graft_value *graft__jvp_CONV2D_X(graft_trace *t, const graft__node *n,
                                      graft_value *const *in, graft_value *y,
                                      graft_value *const *tin) {
   (void)y;

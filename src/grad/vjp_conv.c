@@ -1,5 +1,5 @@
 /* VJP rules of the convolution family.  im2col and col2im are linear and
- * each other's adjoint; conv2d's three products (graph/conv.c) are
+ * each other's adjoint; conv2d and its two gradients (graph/conv.c) are
  * bilinear and each other's adjoints.  Max pooling routes the cotangent to each window's
  * argmax (MAX_POOL2D_GRAD) and its tangent reads the tangent there
  * (MAX_POOL2D_SELECT), which are adjoint too; the argmax is piecewise
@@ -25,28 +25,28 @@ static graft_value *prod(graft_trace *t, int op, const graft__node *n, graft_val
   return graft__emit_conv(t, op, 2, args, &n->attr.conv);
 }
 
-/* y = conv2d_gemm(w, c): dw = backward_weight(g, c), dc = backward_columns(w, g). */
-void graft__vjp_CONV_MM(graft_trace *t, const graft__node *n, graft_value *const *in,
-                        graft_value *y, graft_value *g, graft_value **gx) {
+/* y = conv2d(x, w): dx = backward_input(w, g), dw = backward_weight(g, x). */
+void graft__vjp_CONV2D(graft_trace *t, const graft__node *n, graft_value *const *in,
+                       graft_value *y, graft_value *g, graft_value **gx) {
   (void)y;
-  gx[0] = prod(t, GRAFT__OP_CONV_MM_W, n, g, in[1]);
-  gx[1] = prod(t, GRAFT__OP_CONV_MM_COLS, n, in[0], g);
+  gx[0] = prod(t, GRAFT__OP_CONV2D_X, n, in[1], g);
+  gx[1] = prod(t, GRAFT__OP_CONV2D_W, n, g, in[0]);
 }
 
-/* dw = backward_weight(gy, c): d gy = conv2d_gemm(g, c), dc = backward_columns(g, gy). */
-void graft__vjp_CONV_MM_W(graft_trace *t, const graft__node *n, graft_value *const *in,
-                          graft_value *y, graft_value *g, graft_value **gx) {
+/* dw = backward_weight(gy, x): d gy = conv2d(x, g), dx = backward_input(g, gy). */
+void graft__vjp_CONV2D_W(graft_trace *t, const graft__node *n, graft_value *const *in,
+                         graft_value *y, graft_value *g, graft_value **gx) {
   (void)y;
-  gx[0] = prod(t, GRAFT__OP_CONV_MM, n, g, in[1]);
-  gx[1] = prod(t, GRAFT__OP_CONV_MM_COLS, n, g, in[0]);
+  gx[0] = prod(t, GRAFT__OP_CONV2D, n, in[1], g);
+  gx[1] = prod(t, GRAFT__OP_CONV2D_X, n, g, in[0]);
 }
 
-/* dc = backward_columns(w, gy): dw = backward_weight(gy, g), d gy = conv2d_gemm(w, g). */
-void graft__vjp_CONV_MM_COLS(graft_trace *t, const graft__node *n, graft_value *const *in,
-                             graft_value *y, graft_value *g, graft_value **gx) {
+/* dx = backward_input(w, gy): dw = backward_weight(gy, g), d gy = conv2d(g, w). */
+void graft__vjp_CONV2D_X(graft_trace *t, const graft__node *n, graft_value *const *in,
+                         graft_value *y, graft_value *g, graft_value **gx) {
   (void)y;
-  gx[0] = prod(t, GRAFT__OP_CONV_MM_W, n, in[1], g);
-  gx[1] = prod(t, GRAFT__OP_CONV_MM, n, in[0], g);
+  gx[0] = prod(t, GRAFT__OP_CONV2D_W, n, in[1], g);
+  gx[1] = prod(t, GRAFT__OP_CONV2D, n, g, in[0]);
 }
 
 /* op(x, g): a pool routing op over in[0]'s windows. */

@@ -1,15 +1,15 @@
 /* Convolution and pooling: graft_conv2d, graft_max_pool2d, graft_avg_pool2d.
  *
- * conv2d is two ops: cols = im2col(x) ([N, G, C/G * KH * KW, OH * OW],
- * each image's windows as one contiguous block), then y = conv2d_gemm(w,
- * cols), one gemm per image and group straight into NCHW y.  Its reverse pass is
- * conv2d_backward_weight(g, cols) (the weight's gradient, summed over the
- * batch in a fixed order) and col2im(conv2d_backward_columns(w, g)) (the
- * input's); these products are bilinear and each other's adjoints, so
- * their VJP and JVP rules are the three products again and gradients of
- * any order stay within them.  The column buffer is an ordinary value: the
- * memory planner places it, the weight's gradient reuses the forward's,
- * and its bytes are free after its last reader.
+ * conv2d is one node, CONV2D (x, w): per image and group, im2col of the
+ * image's channels into the tile's scratch, then one gemm straight into
+ * NCHW y.  Its gradients are CONV2D_W (g, x), the weight's (per group, the
+ * same im2col and one gemm per image accumulating, in increasing image
+ * order), and CONV2D_X (w, g), the input's (per image and group, one gemm
+ * into scratch, then col2im).  The three are bilinear and each other's
+ * adjoints, so their VJP and JVP rules are the three again and gradients of
+ * any order stay within them.  The columns live in per-tile scratch the
+ * plan reserves (sched/tiles.c), one image at a time, so they stay in
+ * cache and cost no arena bytes.
  *
  * avg_pool2d is the mean over the windows of im2col (channels folded into
  * the batch), so it counts padding as zeros and always divides by KH * KW
@@ -166,9 +166,9 @@ GRAFT_API graft_value *graft_conv2d(graft_trace *t, graft_value *x, graft_value 
   a.groups = groups;
   const int64_t N = xn->shape[0];
   const int64_t rows = graft__size_mul_sat(graft__size_mul_sat(wn->shape[1], a.k[0]), a.k[1]);
-  const int64_t out_dims[4] = {N, O, oh, ow}, col_dims[4] = {N, groups, rows, graft__size_mul_sat(oh, ow)};
+  const int64_t out_dims[4] = {N, O, oh, ow}, col_dims[4] = {1, groups, rows, graft__size_mul_sat(oh, ow)};
   if (!fits(t, op, "output", out_dims, (graft_dtype)xn->dtype) ||
-      !fits(t, op, "column buffer", col_dims, (graft_dtype)xn->dtype))
+      !fits(t, op, "one image's columns", col_dims, (graft_dtype)xn->dtype))
     return GRAFT__POISON;
   /* Each gemm is [O/G, C/G*KH*KW] x [C/G*KH*KW, OH*OW], in CBLAS's ints. */
   if (rows > INT_MAX || O / groups > INT_MAX || graft__size_mul_sat(oh, ow) > INT_MAX)
@@ -176,8 +176,8 @@ GRAFT_API graft_value *graft_conv2d(graft_trace *t, graft_value *x, graft_value 
                 "weight %s on input %s: gemms of %lld x %lld x %lld per image and group exceed "
                 "the BLAS int range (%d)", ws, xs, (long long)(O / groups), (long long)rows,
                 (long long)graft__size_mul_sat(oh, ow), INT_MAX);
-  graft_value *in[2] = {w, graft__emit_conv(t, GRAFT__OP_IM2COL, 1, &x, &a)};
-  return graft__emit_conv(t, GRAFT__OP_CONV_MM, 2, in, &a);
+  graft_value *in[2] = {x, w};
+  return graft__emit_conv(t, GRAFT__OP_CONV2D, 2, in, &a);
 }
 
 /* The checks both pools make; 0 after failing the trace. */

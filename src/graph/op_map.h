@@ -97,12 +97,12 @@ enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
   X(SOFTMAX, "softmax", 1, softmax, 0, 10, UNITS)                                            \
   X(LOG_SOFTMAX, "log_softmax", 1, softmax, 0, 10, UNITS)                                    \
   X(SOFTMAX_XENT, "softmax_cross_entropy", 2, xent, GRAFT__OPF_FALLIBLE, 10, ONE)          \
-  /* convolution and pooling (attr.conv; graph/conv.c builds conv2d and       \
-   * avg_pool2d from these; CONV_* units: kernels/conv.c)  */                   \
+  /* convolution and pooling (attr.conv; graph/conv.c; CONV2D* units and      \
+   * scratch: kernels/conv.c)  */                                               \
+  X(CONV2D, "conv2d", 2, conv2d, 0, 8, UNITS)                                                \
+  X(CONV2D_W, "conv2d_backward_weight", 2, conv2d_w, 0, 8, UNITS)                            \
+  X(CONV2D_X, "conv2d_backward_input", 2, conv2d_x, 0, 8, UNITS)                             \
   X(IM2COL, "im2col", 1, im2col, 0, 1, UNITS)                                                \
-  X(CONV_MM, "conv2d_gemm", 2, conv_mm, 0, 8, UNITS)                                         \
-  X(CONV_MM_W, "conv2d_backward_weight", 2, conv_mm_w, 0, 8, UNITS)                          \
-  X(CONV_MM_COLS, "conv2d_backward_columns", 2, conv_mm_cols, 0, 8, UNITS)                   \
   X(COL2IM, "col2im", 1, col2im, 0, 4, UNITS)                                                \
   X(MAX_POOL2D, "max_pool2d", 1, max_pool2d, 0, 4, UNITS)                                    \
   X(MAX_POOL2D_GRAD, "max_pool2d_backward", 2, max_pool2d_grad, 0, 4, UNITS)                \

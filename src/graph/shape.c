@@ -539,57 +539,59 @@ static graft_status conv_operand(graft__shape_ctx *c, const graft__shape *have,
               shp(b, have), graft_dtype_name(want->dtype), shp(w, want));
 }
 
-/* The products of conv2d over columns c = im2col(x) (shapes from attr.x,
- * whose batch dim may be a symbol): CONV_MM (w, c) -> y [N, O, OH, OW],
- * CONV_MM_W (g, c) -> the weight's shape, CONV_MM_COLS (w, g) -> c's shape.
- * Each is one gemm per image and group, whose sizes CBLAS takes as ints. */
-static graft_status conv_mm_geom(graft__shape_ctx *c, const graft__node *n, const graft__shape *w,
-                                 graft__shape *cols, graft__shape *y) {
+/* conv2d and its gradients, over the image shape attr.x (whose batch dim
+ * may be a symbol): CONV2D (x, w) -> y [N, O, OH, OW], CONV2D_W (g, x) ->
+ * the weight's shape, CONV2D_X (w, g) -> x's shape.  Each is one gemm per
+ * image and group, whose sizes CBLAS takes as ints: [O/G, C/G * KH * KW] x
+ * [C/G * KH * KW, OH * OW]. */
+static graft_status conv2d_geom(graft__shape_ctx *c, const graft__node *n, const graft__shape *w,
+                                graft__shape *x, graft__shape *y) {
   const struct graft__conv_attr *a = &n->attr.conv;
-  graft__shape x = {w->dtype, 4, {0}};
-  for (int i = 0; i < 4; i++) x.dims[i] = res(c, a->x[i]);
+  *x = (graft__shape){w->dtype, 4, {0}};
+  for (int i = 0; i < 4; i++) x->dims[i] = res(c, a->x[i]);
   int64_t oh, ow;
-  graft_status st = im2col_shape(c, a, &x, cols);
-  if (st == GRAFT_OK) st = conv_geom(c, a, &x, &oh, &ow);
+  graft__shape cols;
+  graft_status st = im2col_shape(c, a, x, &cols);
+  if (st == GRAFT_OK) st = conv_geom(c, a, x, &oh, &ow);
   if (st) return st;
   shape_buf b, d;
   if (w->rank != 4 || w->dims[0] < 0 || w->dims[0] % a->groups ||
-      w->dims[1] != x.dims[1] / a->groups || w->dims[2] != a->k[0] || w->dims[3] != a->k[1])
-    return fail(c, GRAFT_ESHAPE, "weight %s does not match image %s", shp(b, w), shp(d, &x));
-  if (cols->dims[2] > INT_MAX || cols->dims[3] > INT_MAX)
-    return fail(c, GRAFT_EUNSUPPORTED, "image %s: %lld x %lld columns exceed the BLAS int range (%d)",
-                shp(b, &x), (long long)cols->dims[2], (long long)cols->dims[3], INT_MAX);
-  *y = (graft__shape){w->dtype, 4, {x.dims[0], w->dims[0], oh, ow}};
+      w->dims[1] != x->dims[1] / a->groups || w->dims[2] != a->k[0] || w->dims[3] != a->k[1])
+    return fail(c, GRAFT_ESHAPE, "weight %s does not match image %s", shp(b, w), shp(d, x));
+  if (w->dims[0] / a->groups > INT_MAX || cols.dims[2] > INT_MAX || cols.dims[3] > INT_MAX)
+    return fail(c, GRAFT_EUNSUPPORTED, "weight %s on image %s: gemms past the BLAS int range (%d)",
+                shp(b, w), shp(d, x), INT_MAX);
+  *y = (graft__shape){w->dtype, 4, {x->dims[0], w->dims[0], oh, ow}};
   return GRAFT_OK;
 }
 
-graft_status graft__shape_conv_mm(graft__shape_ctx *c, const graft__node *n,
-                                  const graft__shape *in, graft__shape *out) {
-  graft__shape cols;
-  graft_status st = conv_mm_geom(c, n, &in[0], &cols, out);
-  return st ? st : conv_operand(c, &in[1], &cols, "the columns");
+graft_status graft__shape_conv2d(graft__shape_ctx *c, const graft__node *n,
+                                 const graft__shape *in, graft__shape *out) {
+  graft__shape x;
+  graft_status st = conv2d_geom(c, n, &in[1], &x, out);
+  return st ? st : conv_operand(c, &in[0], &x, "the input");
 }
 
-graft_status graft__shape_conv_mm_w(graft__shape_ctx *c, const graft__node *n,
-                                    const graft__shape *in, graft__shape *out) {
+graft_status graft__shape_conv2d_w(graft__shape_ctx *c, const graft__node *n,
+                                   const graft__shape *in, graft__shape *out) {
   /* The weight's shape: O from the cotangent, the rest from the sweep. */
   const struct graft__conv_attr *a = &n->attr.conv;
   shape_buf b;
   if (in[0].rank != 4 || in[0].dims[1] < 0)
     return fail(c, GRAFT_ESHAPE, "cotangent %s must be [N, O, OH, OW]", shp(b, &in[0]));
   graft__shape w = {in[0].dtype, 4, {in[0].dims[1], res(c, a->x[1]) / a->groups, a->k[0], a->k[1]}};
-  graft__shape cols, y;
-  graft_status st = conv_mm_geom(c, n, &w, &cols, &y);
+  graft__shape x, y;
+  graft_status st = conv2d_geom(c, n, &w, &x, &y);
   if (st == GRAFT_OK) st = conv_operand(c, &in[0], &y, "the cotangent");
-  if (st == GRAFT_OK) st = conv_operand(c, &in[1], &cols, "the columns");
+  if (st == GRAFT_OK) st = conv_operand(c, &in[1], &x, "the input");
   if (st == GRAFT_OK) *out = w;
   return st;
 }
 
-graft_status graft__shape_conv_mm_cols(graft__shape_ctx *c, const graft__node *n,
-                                       const graft__shape *in, graft__shape *out) {
+graft_status graft__shape_conv2d_x(graft__shape_ctx *c, const graft__node *n,
+                                   const graft__shape *in, graft__shape *out) {
   graft__shape y;
-  graft_status st = conv_mm_geom(c, n, &in[0], out, &y);
+  graft_status st = conv2d_geom(c, n, &in[0], out, &y);
   return st ? st : conv_operand(c, &in[1], &y, "the cotangent");
 }
 

@@ -1,18 +1,21 @@
-/* graft kernels: conv2d's parts (im2col / col2im, and its products as one
- * CBLAS gemm per image and group) and max pooling (f32, f64).
+/* graft kernels: conv2d and its two gradients (im2col / col2im of one
+ * image into the tile's scratch, and one CBLAS gemm per image and group),
+ * im2col / col2im as ops of their own (avg_pool2d), and max pooling (f32,
+ * f64).
  *
- * Units are output elements for all but the products (see below) and the
- * max-pool gradient (image planes), and every output element is
- * computed the same way whatever range holds it: im2col copies, col2im sums
- * an element's window contributions in (kh, kw) order, the pools look at
- * one window (or one element's windows) in a fixed order.  So any split
- * of the units gives the same bits.
+ * Units are output elements for im2col, col2im and the pools, images x
+ * groups (or groups) for conv2d's kernels (see below), image planes for
+ * the max-pool gradient; every unit is computed the same way whatever
+ * range holds it: im2col copies, col2im sums an element's window
+ * contributions in (kh, kw) order, a gemm call has a fixed shape, the
+ * pools look at one window (or one element's windows) in a fixed order.
+ * So any split of the units gives the same bits.
  *
  * Geometry (attr.conv): image [N, C, H, W], columns [N, G, R, OH * OW]
- * (image-major: each image's block is contiguous, so the gemms read and
- * write it with leading dimension OH * OW and im2col / col2im stream it)
- * with R = C/G * KH * KW rows (channel, kh, kw) and columns (oh, ow).  Window (oh, ow) covers input rows
- * oh * sh - ph + kh * dh and columns ow * sw - pw + kw * dw.
+ * (image-major: one image's block of a group is contiguous) with
+ * R = C/G * KH * KW rows (channel, kh, kw) and columns (oh, ow).  Window
+ * (oh, ow) covers input rows oh * sh - ph + kh * dh and columns
+ * ow * sw - pw + kw * dw.
  */
 #include <cblas.h>
 #include <limits.h>
@@ -81,9 +84,12 @@ static inline void sweep_range(int64_t c0, int64_t c1, int64_t s, int64_t off, i
 
 /* ---- im2col / col2im ---------------------------------------------------- */
 
-/* Output lines (one column row's run over ow, at one oh) are walked in
- * order; the coordinates of the first are divided out once, later ones
- * step, and a column row's (image, group, row) once per OH lines. */
+/* Columns [begin, end) of the whole [N, G, R, OH*OW] layout into out,
+ * which holds column begin (conv2d's kernels fill one image's block of a
+ * group into scratch).  Output lines (one column row's run over ow, at one
+ * oh) are walked in order; the coordinates of the first are divided out
+ * once, later ones step, and a column row's (image, group, row) once per OH
+ * lines. */
 #define DEF_IM2COL(NAME, T)                                                               \
   static void NAME(const conv_geom *g, const T *x, T *out, int64_t begin, int64_t end) {  \
     const int64_t KK = g->KH * g->KW;                                                     \
@@ -98,7 +104,7 @@ static inline void sweep_range(int64_t c0, int64_t c1, int64_t s, int64_t off, i
       sweep_range(0, g->W, g->sw, off, g->OW, &vlo, &vhi);                                \
       for (; oh < g->OH && i < end; oh++, ow0 = 0) {                                      \
         const int64_t ow1 = GRAFT__MIN(g->OW, ow0 + (end - i));                           \
-        T *o = out + i - ow0; /* o[ow] is column (oh, ow) */                              \
+        T *o = out + (i - begin) - ow0; /* o[ow] is column (oh, ow) */                    \
         const int64_t ih = oh * g->sh - g->ph + kh * g->dh;                               \
         int64_t lo = ow0, hi = ow0;                                                       \
         if (ih >= 0 && ih < g->H) {                                                       \
@@ -128,17 +134,19 @@ graft_status graft__k_IM2COL(const graft__kargs *k, int64_t begin, int64_t end) 
   if (st == GRAFT_OK) st = check_out(k, begin, end, g.G * g.R * g.S, k->in[0]);
   if (st != GRAFT_OK || begin >= end) return st;
   if (k->out->dtype == GRAFT_F32)
-    im2col_f32(&g, k->in[0]->data, k->out->data, begin, end);
+    im2col_f32(&g, k->in[0]->data, (float *)k->out->data + begin, begin, end);
   else
-    im2col_f64(&g, k->in[0]->data, k->out->data, begin, end);
+    im2col_f64(&g, k->in[0]->data, (double *)k->out->data + begin, begin, end);
   return GRAFT_OK;
 }
 
-/* Each image element is the sum of the column entries that copied it, in
- * (kh, kw) order: a run of one image row is zeroed, then each (kh, kw)
- * adds its contiguous (or strided) slice of a column row. */
+/* Image elements [begin, end) from columns whose first block (image n,
+ * group g: block n * G + g) is block base.  Each element is the sum of
+ * the column entries that copied it, in (kh, kw) order: a run of one image
+ * row is zeroed, then each kernel row adds its entries. */
 #define DEF_COL2IM(NAME, T)                                                               \
-  static void NAME(const conv_geom *g, const T *cols, T *out, int64_t begin, int64_t end) { \
+  static void NAME(const conv_geom *g, const T *cols, int64_t base, T *out, int64_t begin, \
+                   int64_t end) {                                                         \
     const int64_t line0 = begin / g->W;                                                   \
     int64_t iw0 = begin % g->W, ih = line0 % g->H, c = line0 / g->H % g->C;               \
     int64_t n = line0 / (g->H * g->C);                                                    \
@@ -152,7 +160,7 @@ graft_status graft__k_IM2COL(const graft__kargs *k, int64_t begin, int64_t end) 
         if (th < 0 || (g->sh > 1 && th % g->sh)) continue;                                \
         const int64_t oh = g->sh > 1 ? th / g->sh : th;                                   \
         if (oh >= g->OH) continue;                                                        \
-        const T *src0 = cols + (((n * g->G + grp) * g->R + (cg * g->KH + kh) * g->KW) *   \
+        const T *src0 = cols + (((n * g->G + grp - base) * g->R + (cg * g->KH + kh) * g->KW) * \
                                 g->OHW + oh * g->OW); /* row kw is src0 + kw * OHW */     \
         if (g->sw == 1 && g->dw == 1) {                                                   \
           /* ow = iw + pw - kw: inside [lo, hi) every kw has its ow in range */          \
@@ -214,118 +222,135 @@ graft_status graft__k_COL2IM(const graft__kargs *k, int64_t begin, int64_t end) 
   if (st == GRAFT_OK) st = graft__kernel_check_units(k, begin, end, k->out->numel);
   if (st != GRAFT_OK || begin >= end) return st;
   if (k->out->dtype == GRAFT_F32)
-    col2im_f32(&g, cols->data, k->out->data, begin, end);
+    col2im_f32(&g, cols->data, 0, k->out->data, begin, end);
   else
-    col2im_f64(&g, cols->data, k->out->data, begin, end);
+    col2im_f64(&g, cols->data, 0, k->out->data, begin, end);
   return GRAFT_OK;
 }
 
-/* ---- the products: one gemm per image and group ---------------------------
+/* ---- conv2d and its two gradients: one gemm per image and group ----------
  *
- * With W_g the weight rows of group g ([O/G, R]), c_ng the columns of
- * image n in group g ([R, OH*OW], contiguous) and y_ng its output channels
- * ([O/G, OH*OW] of NCHW y):
- *   CONV_MM       y_ng = W_g c_ng             units (n, g), one gemm each
- *   CONV_MM_COLS  c_ng = W_g^T y_ng           units (n, g), one gemm each
- *   CONV_MM_W     W_g = sum over n of y_ng c_ng^T, in increasing n (one gemm
- *                 per image accumulating into W_g)   units g
- * A unit's gemms are the same calls whatever tile holds it, and the weight
- * gradient's sum over the batch never splits, so every tiling gives the
- * same bits. */
+ * With W_g the weight rows of group g ([O/G, R]), c_ng = im2col of image n
+ * over group g's channels ([R, OH*OW]) and y_ng the group's output channels
+ * of image n ([O/G, OH*OW] of NCHW y):
+ *   CONV2D     (x, w)  y_ng = W_g c_ng                    units (n, g)
+ *   CONV2D_W   (g, x)  W_g  = sum over n of y_ng c_ng^T,  units g
+ *                      in increasing n (one gemm per image accumulating)
+ *   CONV2D_X   (w, g)  x_ng = col2im(W_g^T y_ng)          units (n, g)
+ * c_ng lives in the tile's scratch (graft__kernel_scratch): im2col writes
+ * it just before the gemm reads it (CONV2D, CONV2D_W), or the gemm writes
+ * it just before col2im reads it (CONV2D_X), so it stays in cache instead
+ * of making a round trip through memory for the whole batch.  A unit's
+ * calls are the same whatever tile holds it, and the weight gradient's sum
+ * over the batch never splits, so every tiling gives the same bits. */
 
-/* The image shape of a CONV_MM* node, whose batch dim is that of its NCHW
- * operand (the output of CONV_MM, input 1 of CONV_MM_COLS, input 0 of
- * CONV_MM_W). */
-static const graft__tview *nchw_of(const graft__kargs *k) {
-  switch (k->node->op) {
-  case GRAFT__OP_CONV_MM: return k->out;
-  case GRAFT__OP_CONV_MM_COLS: return k->in[1];
-  default: return k->in[0];
-  }
-}
-
-int64_t graft__conv_units(const graft__kargs *k) {
-  if (k->node->op == GRAFT__OP_MAX_POOL2D_GRAD) /* image planes */
-    return k->in[0]->rank == 4 ? graft__size_mul_sat(k->in[0]->shape[0], k->in[0]->shape[1]) : 0;
-  const graft__tview *y = nchw_of(k);
-  const int64_t G = k->node->attr.conv.groups;
-  if (k->node->op == GRAFT__OP_CONV_MM_W) return G;
-  return y->rank == 4 ? graft__size_mul_sat(y->shape[0], G) : 0;
-}
-
-static graft_status mm_setup(const graft__kargs *k, int64_t begin, int64_t end, conv_geom *g) {
-  const graft__tview *y = nchw_of(k);
+/* The image shape of a CONV2D* node: x itself, or attr.x with the batch
+ * dim of the cotangent (CONV2D_X, whose output is the image). */
+static graft_status conv_setup(const graft__kargs *k, int64_t begin, int64_t end, conv_geom *g,
+                               const graft__tview **x, const graft__tview **w,
+                               const graft__tview **y) {
   const graft__node *n = k->node;
-  if (y->rank != 4 || k->n_in != 2)
-    return graft__kernel_internal(k, "rank %d image operand", y->rank);
-  const int64_t x[4] = {y->shape[0], n->attr.conv.x[1], n->attr.conv.x[2], n->attr.conv.x[3]};
-  graft_status st = geom_of(k, x, g);
+  if (k->n_in != 2) return graft__kernel_internal(k, "%d operands", k->n_in);
+  switch (n->op) {
+  case GRAFT__OP_CONV2D: *x = k->in[0], *w = k->in[1], *y = k->out; break;
+  case GRAFT__OP_CONV2D_W: *y = k->in[0], *x = k->in[1], *w = k->out; break;
+  default: *w = k->in[0], *y = k->in[1], *x = k->out; break;
+  }
+  graft_status st = geom(k, *x, g);
   if (st != GRAFT_OK) return st;
-  const graft__tview *w = n->op == GRAFT__OP_CONV_MM_W ? k->out : k->in[0];
-  const graft__tview *cols = n->op == GRAFT__OP_CONV_MM_COLS ? k->out : k->in[1];
-  if (w->dtype != y->dtype || cols->dtype != y->dtype || (w->dtype != GRAFT_F32 && w->dtype != GRAFT_F64))
-    return graft__kernel_bad_dtype(k, w->dtype);
-  if (w->rank != 4 || w->shape[0] != y->shape[1] || w->shape[0] % g->G ||
-      w->numel != w->shape[0] * g->R || cols->numel != g->G * g->R * g->S ||
-      g->OH != y->shape[2] || g->OW != y->shape[3])
+  const graft__tview *W = *w, *Y = *y;
+  if (W->dtype != (*x)->dtype || Y->dtype != (*x)->dtype)
+    return graft__kernel_bad_dtype(k, W->dtype);
+  if (W->rank != 4 || Y->rank != 4 || W->shape[0] != Y->shape[1] || W->shape[0] % g->G ||
+      W->numel != W->shape[0] * g->R || Y->shape[0] != g->N || g->OH != Y->shape[2] ||
+      g->OW != Y->shape[3])
     return graft__kernel_internal(k, "operands do not match the sweep");
-  if (w->shape[0] / g->G > INT_MAX || g->R > INT_MAX || g->OHW > INT_MAX) {
+  if (W->shape[0] / g->G > INT_MAX || g->R > INT_MAX || g->OHW > INT_MAX) {
     if (k->msg) graft__msgf(k->msg, "gemm sizes exceed the BLAS int range");
     return GRAFT_EUNSUPPORTED;
   }
   return graft__kernel_check_units(k, begin, end, graft__conv_units(k));
 }
 
-#define DEF_CONV_MM(NAME, T, GEMM)                                                            \
-  static void NAME(const graft__kargs *k, const conv_geom *g, int64_t begin, int64_t end) {  \
-    const int op = k->node->op;                                                             \
-    const int64_t O = nchw_of(k)->shape[1], Og = O / g->G, R = g->R, P = g->OHW;            \
-    const int m = (int)Og, r = (int)R, p = (int)P;                                          \
-    const T *w = op == GRAFT__OP_CONV_MM_W ? NULL : k->in[0]->data;                         \
-    if (op == GRAFT__OP_CONV_MM) {                                                          \
-      const T *cols = k->in[1]->data;                                                       \
-      T *y = k->out->data;                                                                  \
-      for (int64_t u = begin; u < end; u++) {                                               \
-        const int64_t n = u / g->G, grp = u % g->G;                                         \
-        T *yb = y + (n * O + grp * Og) * P;                                                 \
-        if (R == 0) memset(yb, 0, (size_t)(Og * P) * sizeof(T));                            \
-        else GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, p, r, 1, w + grp * Og * R, r, \
-                  cols + (n * g->G + grp) * R * P, p, 0, yb, p);                            \
-      }                                                                                     \
-    } else if (op == GRAFT__OP_CONV_MM_COLS) {                                              \
-      const T *y = k->in[1]->data;                                                          \
-      T *cols = k->out->data;                                                               \
-      for (int64_t u = begin; u < end; u++) {                                               \
-        const int64_t n = u / g->G, grp = u % g->G;                                         \
-        T *cb = cols + (n * g->G + grp) * R * P;                                            \
-        if (Og == 0) memset(cb, 0, (size_t)(R * P) * sizeof(T));                            \
-        else GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, r, p, m, 1, w + grp * Og * R, r, \
-                  y + (n * O + grp * Og) * P, p, 0, cb, p);                                 \
-      }                                                                                     \
-    } else {                                                                                \
-      const T *y = k->in[0]->data, *cols = k->in[1]->data;                                  \
-      T *dw = k->out->data;                                                                 \
-      for (int64_t grp = begin; grp < end; grp++) {                                         \
-        T *wb = dw + grp * Og * R;                                                          \
-        if (g->N == 0 || P == 0) memset(wb, 0, (size_t)(Og * R) * sizeof(T));               \
-        for (int64_t n = 0; n < g->N && P > 0; n++)                                         \
-          GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r, p, 1, y + (n * O + grp * Og) * P, \
-               p, cols + (n * g->G + grp) * R * P, p, n ? 1 : 0, wb, r);                     \
-      }                                                                                     \
-    }                                                                                       \
+int64_t graft__conv_units(const graft__kargs *k) {
+  const graft__node *n = k->node;
+  const graft__tview *x = n->op == GRAFT__OP_CONV2D_X ? k->out
+                          : n->op == GRAFT__OP_CONV2D_W ? k->in[1] : k->in[0];
+  if (x->rank != 4) return 0;
+  if (n->op == GRAFT__OP_MAX_POOL2D_GRAD) /* image planes */
+    return graft__size_mul_sat(x->shape[0], x->shape[1]);
+  if (n->op == GRAFT__OP_CONV2D_W) return n->attr.conv.groups;
+  return graft__size_mul_sat(x->shape[0], n->attr.conv.groups);
+}
+
+int64_t graft__kernel_scratch(const graft__kargs *k) {
+  const int op = k->node->op;
+  if (op != GRAFT__OP_CONV2D && op != GRAFT__OP_CONV2D_W && op != GRAFT__OP_CONV2D_X) return 0;
+  const graft__tview *x = op == GRAFT__OP_CONV2D_X ? k->out : k->in[op == GRAFT__OP_CONV2D_W];
+  conv_geom g;
+  if (x->rank != 4 || geom_of(k, x->shape, &g) != GRAFT_OK) return 0;
+  /* doubles for one c_ng of x's dtype */
+  return graft__size_mul_sat(graft__size_mul_sat(g.R, g.OHW), (int64_t)graft_dtype_size(x->dtype)) /
+             (int64_t)sizeof(double) + 1;
+}
+
+#define DEF_CONV(NAME, T, GEMM, IM2COL, COL2IM)                                                \
+  static void NAME(const graft__kargs *k, const conv_geom *g, const T *x, const T *w, T *y,  \
+                   int64_t begin, int64_t end, T *c) {                                       \
+    const int op = k->node->op;                                                              \
+    const int64_t O = k->node->op == GRAFT__OP_CONV2D_W ? k->in[0]->shape[1]                 \
+                                                       : (k->node->op == GRAFT__OP_CONV2D   \
+                                                              ? k->out->shape[1]             \
+                                                              : k->in[1]->shape[1]);         \
+    const int64_t Og = O / g->G, R = g->R, P = g->OHW, RP = R * P;                           \
+    const int m = (int)Og, r = (int)R, p = (int)P;                                           \
+    if (op == GRAFT__OP_CONV2D_W) { /* units: groups; w is the output */                     \
+      for (int64_t grp = begin; grp < end; grp++) {                                          \
+        T *wb = (T *)w + grp * Og * R;                                                       \
+        if (g->N == 0 || P == 0 || R == 0) memset(wb, 0, (size_t)(Og * R) * sizeof(T));      \
+        for (int64_t n = 0; n < g->N && P > 0 && R > 0; n++) {                               \
+          const int64_t b0 = (n * g->G + grp) * RP;                                          \
+          IM2COL(g, x, c, b0, b0 + RP);                                                      \
+          GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, m, r, p, 1,                          \
+               y + (n * O + grp * Og) * P, p, c, p, n ? 1 : 0, wb, r);                       \
+        }                                                                                    \
+      }                                                                                      \
+      return;                                                                                \
+    }                                                                                        \
+    for (int64_t u = begin; u < end; u++) {                                                  \
+      const int64_t n = u / g->G, grp = u % g->G, b0 = u * RP;                               \
+      T *yb = y + (n * O + grp * Og) * P;                                                    \
+      if (op == GRAFT__OP_CONV2D) {                                                          \
+        if (R == 0) {                                                                        \
+          memset(yb, 0, (size_t)(Og * P) * sizeof(T));                                       \
+          continue;                                                                          \
+        }                                                                                    \
+        IM2COL(g, x, c, b0, b0 + RP);                                                        \
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, p, r, 1, w + grp * Og * R, r, c, p, \
+             0, yb, p);                                                                      \
+      } else { /* CONV2D_X: x is the output; its channels of group grp in image n */        \
+        const int64_t i0 = (n * g->C + grp * g->Cg) * g->H * g->W;                           \
+        if (Og == 0) memset(c, 0, (size_t)RP * sizeof(T));                                   \
+        else GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, r, p, m, 1, w + grp * Og * R, r,   \
+                  yb, p, 0, c, p);                                                           \
+        COL2IM(g, c, u, (T *)x, i0, i0 + g->Cg * g->H * g->W);                               \
+      }                                                                                      \
+    }                                                                                        \
   }
 
-DEF_CONV_MM(conv_mm_f32, float, cblas_sgemm)
-DEF_CONV_MM(conv_mm_f64, double, cblas_dgemm)
+DEF_CONV(conv_f32, float, cblas_sgemm, im2col_f32, col2im_f32)
+DEF_CONV(conv_f64, double, cblas_dgemm, im2col_f64, col2im_f64)
 
-static graft_status run_mm(const graft__kargs *k, int64_t begin, int64_t end) {
+graft_status graft__kernel_run_scratch(const graft__kargs *k, int64_t begin, int64_t end,
+                                       double *scratch) {
   conv_geom g;
-  graft_status st = mm_setup(k, begin, end, &g);
+  const graft__tview *x = NULL, *w = NULL, *y = NULL;
+  graft_status st = conv_setup(k, begin, end, &g, &x, &w, &y);
   if (st != GRAFT_OK || begin >= end) return st;
-  if (k->out->dtype == GRAFT_F32)
-    conv_mm_f32(k, &g, begin, end);
+  if (x->dtype == GRAFT_F32)
+    conv_f32(k, &g, x->data, w->data, y->data, begin, end, (float *)scratch);
   else
-    conv_mm_f64(k, &g, begin, end);
+    conv_f64(k, &g, x->data, w->data, y->data, begin, end, scratch);
   return GRAFT_OK;
 }
 
@@ -335,9 +360,16 @@ static graft_status run_mm(const graft__kargs *k, int64_t begin, int64_t end) {
     return RUN(k, begin, end);                                                           \
   }
 
-KERNEL_VIA(CONV_MM, run_mm)
-KERNEL_VIA(CONV_MM_W, run_mm)
-KERNEL_VIA(CONV_MM_COLS, run_mm)
+/* conv2d's kernels run only with a scratch buffer (graft__kernel_run_scratch):
+ * the executors never call these entries. */
+static graft_status needs_scratch(const graft__kargs *k, int64_t begin, int64_t end) {
+  (void)begin, (void)end;
+  return graft__kernel_internal(k, "runs only with its scratch (graft__kernel_run_scratch)");
+}
+
+KERNEL_VIA(CONV2D, needs_scratch)
+KERNEL_VIA(CONV2D_W, needs_scratch)
+KERNEL_VIA(CONV2D_X, needs_scratch)
 
 /* ---- max pooling -------------------------------------------------------- */
 

@@ -82,6 +82,15 @@ int64_t graft__kernel_split_extent(const graft__kargs *k);
 graft_status graft__kernel_partial(const graft__kargs *k, int64_t r0, int64_t r1, double *part);
 graft_status graft__kernel_combine(const graft__kargs *k, int64_t n_blocks, const double *parts);
 
+/* Per-tile scratch (conv2d's kernels: one image's columns): the doubles
+ * one tile of k's node needs, 0 for an op that needs none.  Such a node
+ * runs only through graft__kernel_run_scratch, each of its tiles that may
+ * run at once with a buffer of its own (sched/tiles.c reserves them in the
+ * plan, so nothing is allocated while running). */
+int64_t graft__kernel_scratch(const graft__kargs *k);
+graft_status graft__kernel_run_scratch(const graft__kargs *k, int64_t begin, int64_t end,
+                                       double *scratch);
+
 /* BLAS setup: make OpenBLAS single-threaded inside tasks where that is safe
  * (pthreads variant); never touches the OpenMP variant.  Idempotent. */
 void graft__blas_init(void);

@@ -75,9 +75,9 @@ const char *graft__blas_core(void);
 const char *graft__blas_core_hint(const char *core, int avx2, int avx512);
 const char *graft__blas_hint(void);
 
-/* The units of conv2d's products (kernels/conv.c): images x groups for
- * CONV_MM and CONV_MM_COLS, groups for CONV_MM_W; and image planes (N x C)
- * for MAX_POOL2D_GRAD. */
+/* The units of conv2d's kernels (kernels/conv.c): images x groups for
+ * CONV2D and CONV2D_X, groups for CONV2D_W; and image planes (N x C) for
+ * MAX_POOL2D_GRAD. */
 int64_t graft__conv_units(const graft__kargs *k);
 
 /* Reduction ops a graft__reduce_run call can perform. */

@@ -37,6 +37,8 @@ graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reaso
   }
   int64_t b, e;
   graft__tile_range(tl, t, &b, &e);
+  if (p->scratch_per[i]) /* never whole: see graft__plan_tile */
+    return graft__kernel_run_scratch(&k, b, e, p->scratch + p->scratch_off[i] + t * p->scratch_per[i]);
   return k.fn(&k, b, e);
 }
 

@@ -34,6 +34,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->tiling);
   graft__free(p->scratch);
   graft__free(p->scratch_off);
+  graft__free(p->scratch_per);
   graft__free(p->part);
   graft__free(p->sources);
   graft__free(p->src_off);

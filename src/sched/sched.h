@@ -92,8 +92,12 @@ typedef struct graft__plan {
   uint32_t *src_off;        /* n_parts + 1: part k's sources start at src_off[k] */
   int64_t n_tasks;          /* sum of tiles */
   int64_t n_deferred;       /* tiles of deferred nodes (kargs.defer) */
-  double *scratch;          /* partials of split reductions */
+  double *scratch;          /* partials of split reductions; per-tile scratch */
   int64_t *scratch_off;     /* per order position, in doubles */
+  int64_t *scratch_per;     /* per order position: the doubles of scratch each
+                               tile gets (graft__kernel_scratch: conv2d's
+                               kernels), 0 for none; tile t's starts at
+                               scratch_off + t * scratch_per */
   struct graft__exec_state *ws; /* lazily built work-stealing state */
 } graft__plan;
 

@@ -98,6 +98,19 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   tl->n = (int32_t)((units + tl->len - 1) / tl->len);
 }
 
+/* A node whose tiles each need scratch (graft__kernel_scratch) gets at most
+ * MAX_SCRATCH_TILES tiles: that bounds the plan's scratch (one buffer per
+ * tile, all reserved at compile) and keeps each buffer warm for the units
+ * its tile runs one after another.  Still a function of shapes and the
+ * grain only. */
+#define MAX_SCRATCH_TILES 16
+
+static void cap_scratch_tiles(graft__tiling *tl) {
+  if (tl->n <= MAX_SCRATCH_TILES || tl->per_seg || tl->split_r) return;
+  tl->len = (tl->units + MAX_SCRATCH_TILES - 1) / MAX_SCRATCH_TILES;
+  tl->n = (int32_t)((tl->units + tl->len - 1) / tl->len);
+}
+
 /* Deferred nodes: big side work off the critical path.  A node's bottom
  * level is its work plus the largest bottom level among its successors (the
  * work still ahead of it on its longest path); the plan's critical path is
@@ -138,7 +151,8 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
   p->tiling = graft__malloc(n * sizeof *p->tiling);
   if (!p->work || !p->tiling) return GRAFT_ENOMEM;
   p->scratch_off = graft__malloc(n * sizeof *p->scratch_off);
-  if (!p->scratch_off) return GRAFT_ENOMEM;
+  p->scratch_per = graft__malloc(n * sizeof *p->scratch_per);
+  if (!p->scratch_off || !p->scratch_per) return GRAFT_ENOMEM;
   p->n_tasks = 0;
   int64_t scratch = 0;
   /* Work is an estimate: capped so that its sums over the plan (bottom
@@ -147,7 +161,10 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
   for (uint32_t i = 0; i < p->n_order; i++) {
     p->work[i] = GRAFT__MIN(graft__plan_node_work(p, i), work_cap);
     tile_node(p, i, grain, &p->tiling[i]);
-    p->kargs[i].whole = p->tiling[i].n == 1 && !p->tiling[i].split_r;
+    const int64_t per = graft__kernel_scratch(&p->kargs[i]);
+    p->scratch_per[i] = per;
+    if (per) cap_scratch_tiles(&p->tiling[i]);
+    p->kargs[i].whole = p->tiling[i].n == 1 && !p->tiling[i].split_r && !per;
     uint32_t e0 = p->succ_off[i], e1 = p->succ_off[i + 1];
     p->kargs[i].next = e1 - e0 == 1 && p->npred[p->succ[e0]] == 1 ? p->succ[e0] : UINT32_MAX;
     p->kargs[i].units = p->tiling[i].units;
@@ -158,6 +175,8 @@ graft_status graft__plan_tile(graft__plan *p, int64_t grain) {
                         graft__size_mul_sat(2 * (int64_t)p->tiling[i].n,
                                             graft__plan_view(p, p->order[i])->numel),
                         &scratch))
+      return GRAFT_ENOMEM;
+    if (per && graft__size_add(scratch, graft__size_mul_sat(p->tiling[i].n, per), &scratch))
       return GRAFT_ENOMEM;
   }
   int64_t scratch_bytes;
