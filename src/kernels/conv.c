@@ -430,6 +430,17 @@ static int pool_2x2(const conv_geom *g) {
   return g->KH == 2 && g->KW == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
 }
 
+/* The 2x2 window ow of rows r0, r1 as a, b, c, d (row-major), its maximum
+ * m by selects (the first of equal values), and nan |= whether it holds
+ * NaN (then m is not the result: the general path decides). */
+#define WINDOW_2X2(T, r0, r1, ow, a, b, c, d, m, nan)                                  \
+  const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];      \
+  T m = a;                                                                             \
+  m = b > m ? b : m;                                                                   \
+  m = c > m ? c : m;                                                                   \
+  m = d > m ? d : m;                                                                   \
+  nan |= (a != a) | (b != b) | (c != c) | (d != d)
+
 /* MAX_POOL2D (sel NULL): out[i] = the window's max; MAX_POOL2D_SELECT:
  * out[i] = sel at the window's argmax.  Runs of one output row are walked;
  * a 2x2 max pool's run takes selects only (a run holding NaN is redone by
@@ -448,12 +459,7 @@ static int pool_2x2(const conv_geom *g) {
       if (fast) {                                                                     \
         const T *r0 = xp + 2 * oh * g->W, *r1 = r0 + g->W;                            \
         for (int64_t ow = ow0; ow < ow1; ow++) {                                      \
-          const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1]; \
-          T m = a;                                                                    \
-          m = b > m ? b : m;                                                          \
-          m = c > m ? c : m;                                                          \
-          m = d > m ? d : m;                                                          \
-          nan |= (a != a) | (b != b) | (c != c) | (d != d);                           \
+          WINDOW_2X2(T, r0, r1, ow, a, b, c, d, m, nan);                              \
           o[ow] = m;                                                                  \
         }                                                                             \
       }                                                                               \
@@ -492,12 +498,7 @@ static int pool_2x2(const conv_geom *g) {
         T *o0 = o + 2 * oh * W, *o1 = o0 + W;                                         \
         int nan = 0;                                                                  \
         for (int64_t ow = 0; fast && ow < g->OW; ow++) {                              \
-          const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1]; \
-          T m = a;                                                                    \
-          m = b > m ? b : m;                                                          \
-          m = c > m ? c : m;                                                          \
-          m = d > m ? d : m;                                                          \
-          nan |= (a != a) | (b != b) | (c != c) | (d != d);                           \
+          WINDOW_2X2(T, r0, r1, ow, a, b, c, d, m, nan);                              \
           const int fa = a == m, fb = !fa & (b == m), fc = !(fa | fb) & (c == m);     \
           const int fd = !(fa | fb | fc);                                             \
           const T G = (T)0 + gr[ow];                                                  \
