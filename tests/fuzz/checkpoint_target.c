@@ -312,28 +312,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   return 0;
 }
 
-int fz_target_check(void) {
-  int missing = 0;
-  for (int r = 0; r < R_COUNT; r++)
-    if (!reached[r]) {
-      fprintf(stderr, "corpus: no input reaches %s\n", reached_name[r]);
-      missing++;
-    }
-  return missing != 0;
-}
+int fz_target_check(void) { return fz_check_reached(R_COUNT, reached, reached_name); }
 
 /* ---- seeds ------------------------------------------------------------------------------- */
-
-static int seed_file(const char *dir, const char *name, const void *bytes, size_t n) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/seed-%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(bytes, 1, n, f) != n || fclose(f)) {
-    perror(path);
-    return -1;
-  }
-  return 0;
-}
 
 /* A file of header text h and n data bytes (0, 7, 14, ...; with tied, the
  * bytes [60, 68) of the data repeat [52, 60), so the fixed module's sub.k
@@ -346,7 +327,7 @@ static int seed_st_tied(const char *dir, const char *name, const char *h, size_t
   memcpy(buf + 8, h, hl);
   for (size_t i = 0; i < n; i++) buf[8 + hl + i] = (uint8_t)(i * 7);
   if (tied && n >= 68) memcpy(buf + 8 + hl + 60, buf + 8 + hl + 52, 8);
-  int r = seed_file(dir, name, buf, 8 + hl + n);
+  int r = fz_write_seed(dir, name, buf, 8 + hl + n);
   free(buf);
   return r;
 }
@@ -387,12 +368,12 @@ int fz_target_seeds(const char *dir) {
   uint8_t cut[4096];
   memcpy(cut, saved, n);
   cut[8 + 3] ^= 0x01; /* a flipped byte in the header */
-  int rc = seed_file(dir, "flipped-header", cut, n);
+  int rc = fz_write_seed(dir, "flipped-header", cut, n);
   cut[8 + 3] ^= 0x01;
   cut[0] = (uint8_t)(cut[0] + 1); /* the header length one past */
-  rc |= seed_file(dir, "length-past", cut, n);
-  rc |= seed_file(dir, "truncated", saved, n - 3);
-  rc |= seed_file(dir, "zero-bytes", saved, 0);
+  rc |= fz_write_seed(dir, "length-past", cut, n);
+  rc |= fz_write_seed(dir, "truncated", saved, n - 3);
+  rc |= fz_write_seed(dir, "zero-bytes", saved, 0);
   /* hand-written files */
   rc |= seed_st_tied(dir, "shared-disagree", "{" ALL "}", 76, 0);
   rc |= seed_st(dir, "written-by-hand", "{" ALL "}", 76);

@@ -46,4 +46,16 @@ static inline int fz_check_reached(int n, const int *reached, const char *const 
   return missing != 0;
 }
 
+/* Write the n bytes of a generated seed input to dir/seed-<name>: 0, or -1
+ * with the reason on stderr. */
+static inline int fz_write_seed(const char *dir, const char *name, const void *bytes, size_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/seed-%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  int ok = f && (n == 0 || fwrite(bytes, 1, n, f) == n);
+  if (f && fclose(f)) ok = 0;
+  if (!ok) perror(path);
+  return ok ? 0 : -1;
+}
+
 #endif /* GRAFT_FUZZ_H */

@@ -408,17 +408,6 @@ static void prog_enomem(seed *s, unsigned k) {
   arm(s, k), deferred_call(s, 0, 1, 0);
 }
 
-static int write_seed(const char *dir, const char *name, const seed *s) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/seed-%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(s->b, 1, s->n, f) != s->n || fclose(f)) {
-    perror(path);
-    return -1;
-  }
-  return 0;
-}
-
 int fz_target_seeds(const char *dir) {
   if (mkdir(dir, 0777) && errno != EEXIST) {
     perror(dir);
@@ -427,7 +416,7 @@ int fz_target_seeds(const char *dir) {
   static const char *const kinds[] = {"sgd", "momentum", "nesterov", "adam", "adamw"};
   int rc = 0;
   seed s;
-#define SEED(name, call) (memset(&s, 0, sizeof s), call, rc |= write_seed(dir, name, &s))
+#define SEED(name, call) (memset(&s, 0, sizeof s), call, rc |= fz_write_seed(dir, name, s.b, s.n))
   SEED("tree", prog_tree(&s));
   SEED("shared", prog_shared(&s));
   SEED("names", prog_names(&s));

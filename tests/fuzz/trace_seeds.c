@@ -178,22 +178,11 @@ static const uint8_t prog_cnn[] = {
     FZ_OP_HVP, 0, 0, 0, 0, 0,
     255, 0, 0};
 
-static int write_seed(const char *dir, const char *name, const seed *s) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/seed-%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(s->b, 1, s->n, f) != s->n || fclose(f)) {
-    perror(path);
-    return -1;
-  }
-  return 0;
-}
-
 static int emit(const char *dir, const char *name, const env *e, const uint8_t *body, size_t n) {
   seed s = {{0}, 0};
   put_env(&s, e);
   put_bytes(&s, body, n);
-  return write_seed(dir, name, &s);
+  return fz_write_seed(dir, name, s.b, s.n);
 }
 
 /* Per op kind: the op with default (0) parameters on the environment its
