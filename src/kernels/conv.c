@@ -93,6 +93,9 @@ static inline void sweep_range(int64_t c0, int64_t c1, int64_t s, int64_t off, i
 #define DEF_IM2COL(NAME, T)                                                               \
   static void NAME(const conv_geom *g, const T *x, T *out, int64_t begin, int64_t end) {  \
     const int64_t KK = g->KH * g->KW;                                                     \
+    /* flat: output lines as long as image rows at unit stride, so a column               \
+     * row's windows are a shifted copy of the plane (e.g. 3x3 with pad 1) */            \
+    const int flat = g->sh == 1 && g->sw == 1 && g->OW == g->W;                           \
     int64_t q = begin / g->OHW, oh = begin % g->OHW / g->OW, ow0 = begin % g->OW;         \
     for (int64_t i = begin; i < end; q++, oh = 0) {                                       \
       /* column row q: image n, group grp, row r = (channel, kh, kw) */                   \
@@ -102,6 +105,29 @@ static inline void sweep_range(int64_t c0, int64_t c1, int64_t s, int64_t off, i
       const T *img = x + (n * g->C + c) * g->H * g->W;                                    \
       int64_t vlo, vhi; /* the ow whose input column is inside the row */                 \
       sweep_range(0, g->W, g->sw, off, g->OW, &vlo, &vhi);                                \
+      if (flat && oh == 0 && ow0 == 0 && end - i >= g->OHW) {                             \
+        /* A whole column row of a flat sweep: column p reads image element              \
+         * p + shift, so the valid windows are one run of the plane. */                  \
+        T *o = out + (i - begin);                                                         \
+        const int64_t ihs = kh * g->dh - g->ph, shift = ihs * g->W + off;                 \
+        const int64_t oh_lo = GRAFT__MIN(GRAFT__MAX(-ihs, (int64_t)0), g->OH);             \
+        const int64_t oh_hi = GRAFT__MAX(GRAFT__MIN(g->H - ihs, g->OH), oh_lo);           \
+        int64_t p_lo = 0, p_hi = 0; /* from the first valid column to the last */         \
+        if (oh_hi > oh_lo && vhi > vlo) {                                                 \
+          p_lo = oh_lo * g->OW + vlo, p_hi = (oh_hi - 1) * g->OW + vhi;                   \
+          for (int64_t p = p_lo; p < p_hi; p++) o[p] = img[p + shift];                    \
+          /* the run also copied the neighbours of the lines' edge columns (a few:         \
+           * down the lines, not a memset call per line) */                               \
+          for (int64_t ow = 0; ow < vlo; ow++)                                            \
+            for (int64_t h = oh_lo; h < oh_hi; h++) o[h * g->OW + ow] = 0;                \
+          for (int64_t ow = vhi; ow < g->OW; ow++)                                        \
+            for (int64_t h = oh_lo; h < oh_hi; h++) o[h * g->OW + ow] = 0;                \
+        }                                                                                 \
+        for (int64_t p = 0; p < p_lo; p++) o[p] = 0;                                      \
+        for (int64_t p = p_hi; p < g->OHW; p++) o[p] = 0;                                 \
+        i += g->OHW;                                                                      \
+        continue;                                                                         \
+      }                                                                                   \
       for (; oh < g->OH && i < end; oh++, ow0 = 0) {                                      \
         const int64_t ow1 = GRAFT__MIN(g->OW, ow0 + (end - i));                           \
         T *o = out + (i - begin) - ow0; /* o[ow] is column (oh, ow) */                    \
