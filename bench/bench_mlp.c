@@ -112,18 +112,33 @@ typedef struct adam_c {
 
 static graft_module *g_adam; /* the optimizer of the model's variables */
 
-static graft_status trace_adam_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
-                                    graft_value **out, void *user) {
-  model *m = user;
+/* The training step, its update by SGD (six assign_subs: opt NULL) or by
+ * the optimizer opt. */
+static graft_status trace_train(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                graft_value **out, model *m, graft_module *opt) {
   if (n_in != 2 || n_out != 1)
     return graft_trace_fail(t, GRAFT_EINVAL, "bench_mlp: expected 2 inputs, 1 output");
   graft_value *reads[N_VARS], *grads[N_VARS];
   graft_value *loss = trace_loss(t, m, in[0], in[1], reads);
   graft_status st =
       graft_gradients(t, 1, &loss, NULL, N_VARS, reads, GRAFT_UNCONNECTED_ZERO, grads);
-  if (st == GRAFT_OK) st = graft_optimizer_apply(t, g_adam, N_VARS, grads);
+  if (st == GRAFT_OK && opt) st = graft_optimizer_apply(t, opt, N_VARS, grads);
+  if (st == GRAFT_OK && !opt) {
+    graft_value *lr = graft_scalar(t, GRAFT_F32, LR);
+    for (int i = 0; i < N_VARS; i++) graft_assign_sub(t, m->var[i], graft_mul(t, lr, grads[i]));
+  }
   out[0] = loss;
   return st;
+}
+
+static graft_status trace_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                               graft_value **out, void *user) {
+  return trace_train(t, n_in, in, n_out, out, user, NULL);
+}
+
+static graft_status trace_adam_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                    graft_value **out, void *user) {
+  return trace_train(t, n_in, in, n_out, out, user, g_adam);
 }
 
 /* The update alone: the six gradients are inputs. */
@@ -192,22 +207,6 @@ static void adam_destroy(void) {
   free(a->w), free(a->g), free(a->m), free(a->v), free(a->src), free(a->dst);
   for (int i = 0; i < N_VARS; i++) graft_tensor_destroy(g_grads[i]);
   graft_module_destroy(g_adam);
-}
-
-static graft_status trace_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
-                               graft_value **out, void *user) {
-  model *m = user;
-  if (n_in != 2 || n_out != 1)
-    return graft_trace_fail(t, GRAFT_EINVAL, "bench_mlp: expected 2 inputs, 1 output");
-  graft_value *reads[N_VARS], *grads[N_VARS];
-  graft_value *loss = trace_loss(t, m, in[0], in[1], reads);
-  graft_status st =
-      graft_gradients(t, 1, &loss, NULL, N_VARS, reads, GRAFT_UNCONNECTED_ZERO, grads);
-  if (st != GRAFT_OK) return st;
-  graft_value *lr = graft_scalar(t, GRAFT_F32, LR);
-  for (int i = 0; i < N_VARS; i++) graft_assign_sub(t, m->var[i], graft_mul(t, lr, grads[i]));
-  out[0] = loss;
-  return GRAFT_OK;
 }
 
 /* ---- the GEMMs of a step, called directly ---------------------------------- */

@@ -235,6 +235,28 @@ static inline void tu_assert_run_fails_(graft_status st, graft_status want, cons
     tu_fail_at_(file, line, "%s%smessage \"%s\" does not name %s", TU_CTX_(ctx), msg, op);
 }
 
+/* A one-layer training step for optimizer tests: h = tanh(x w + b),
+ * loss = mean((h - y)^2), then one step of opt over (w, b).  in: x, y;
+ * out: the loss.  user: a tu_net. */
+typedef struct tu_net {
+  graft_module *root, *opt;
+  graft_variable *w, *b;
+} tu_net;
+
+static inline graft_status tu_net_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                       graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  tu_net *m = (tu_net *)user;
+  graft_value *w = graft_read(t, m->w), *b = graft_read(t, m->b);
+  graft_value *h = graft_tanh(t, graft_add(t, graft_matmul(t, in[0], w, 0), b));
+  graft_value *loss = graft_reduce_mean(t, graft_square(t, graft_sub(t, h, in[1])), 0, NULL, 0);
+  graft_value *xs[2] = {w, b}, *gs[2];
+  graft_status st = graft_gradients(t, 1, &loss, NULL, 2, xs, GRAFT_UNCONNECTED_ZERO, gs);
+  if (!st) st = graft_optimizer_apply(t, m->opt, 2, gs);
+  out[0] = loss;
+  return st;
+}
+
 /* A function from a desc on rt; fails the test (with the status) otherwise. */
 static inline graft_function *tu_function_create(graft_runtime *rt, const graft_function_desc *d) {
   graft_function *f = NULL;

@@ -472,27 +472,8 @@ static void test_graft_module_save__round_trip_is_bitwise(void **state) {
 /* The training state checkpoints whole: a net and its Adam optimizer
  * (moments, step count) saved after 3 steps and loaded into a fresh tree
  * of the same structure resumes with the same bits as the run that went
- * on without stopping. */
-typedef struct net {
-  graft_module *root, *opt;
-  graft_variable *w, *b;
-} net;
-
-static graft_status net_step(graft_trace *t, int n_in, graft_value *const *in, int n_out,
-                             graft_value **out, void *user) {
-  (void)n_in, (void)n_out;
-  net *m = user;
-  graft_value *w = graft_read(t, m->w), *b = graft_read(t, m->b);
-  graft_value *h = graft_tanh(t, graft_add(t, graft_matmul(t, in[0], w, 0), b));
-  graft_value *loss = graft_reduce_mean(t, graft_square(t, graft_sub(t, h, in[1])), 0, NULL, 0);
-  graft_value *xs[2] = {w, b}, *gs[2];
-  graft_status st = graft_gradients(t, 1, &loss, NULL, 2, xs, GRAFT_UNCONNECTED_ZERO, gs);
-  if (!st) st = graft_optimizer_apply(t, m->opt, 2, gs);
-  out[0] = loss;
-  return st;
-}
-
-static void make_net(net *m, uint64_t seed) {
+ * on without stopping (the step: tu_net_step). */
+static void make_net(tu_net *m, uint64_t seed) {
   m->root = module(NULL, "net");
   m->w = var(m->root, "w", GRAFT_F32, 2, (int64_t[]){8, 6});
   m->b = var(m->root, "b", GRAFT_F32, 1, (int64_t[]){6});
@@ -515,15 +496,15 @@ static void net_steps(graft_function *f, graft_tensor **in, int n) {
 static void test_graft_module_save__training_state_resumes_bitwise(void **state) {
   (void)state;
   graft_runtime *rt = tu_runtime();
-  net a, b;
+  tu_net a, b;
   make_net(&a, 11);
   make_net(&b, 12);
   tu_rng r = {5};
   graft_tensor *x = tu_tensor_rand(&r, GRAFT_F32, 2, (int64_t[]){4, 8}, -1, 1);
   graft_tensor *y = tu_tensor_rand(&r, GRAFT_F32, 2, (int64_t[]){4, 6}, -1, 1);
   graft_tensor *in[2] = {x, y};
-  graft_function *fa = tu_function(rt, "step_a", net_step, &a, 2, 1, NULL);
-  graft_function *fb = tu_function(rt, "step_b", net_step, &b, 2, 1, NULL);
+  graft_function *fa = tu_function(rt, "step_a", tu_net_step, &a, 2, 1, NULL);
+  graft_function *fb = tu_function(rt, "step_b", tu_net_step, &b, 2, 1, NULL);
   net_steps(fa, in, 3);
   const char *path = in_dir("train.safetensors");
   tu_assert_status(graft_module_save(a.root, path), GRAFT_OK);

@@ -156,33 +156,14 @@ static void test_graft_optimizer_apply__matches_reference(void **state) {
   graft_runtime_destroy(rt);
 }
 
-/* A training step: a loss's gradient, applied by Adam, large enough for
+/* A training step (tu_net_step): a loss's gradient, applied by Adam, large enough for
  * tiles; the variables after 5 steps are the same bits at 1, 2 and 8
  * threads (ws, grain 1024) and under seq and omp, and the step writes in
  * place (direct) when nothing reads the new values. */
-typedef struct train {
-  graft_module *root, *opt;
-  graft_variable *w, *b;
-} train;
-
-static graft_status train_cb(graft_trace *t, int n_in, graft_value *const *in, int n_out,
-                             graft_value **out, void *user) {
-  (void)n_in, (void)n_out;
-  train *m = user;
-  graft_value *w = graft_read(t, m->w), *b = graft_read(t, m->b);
-  graft_value *h = graft_tanh(t, graft_add(t, graft_matmul(t, in[0], w, 0), b));
-  graft_value *loss = graft_reduce_mean(t, graft_square(t, graft_sub(t, h, in[1])), 0, NULL, 0);
-  graft_value *xs[2] = {w, b}, *gs[2];
-  graft_status st = graft_gradients(t, 1, &loss, NULL, 2, xs, GRAFT_UNCONNECTED_ZERO, gs);
-  if (!st) st = graft_optimizer_apply(t, m->opt, 2, gs);
-  out[0] = loss;
-  return st;
-}
-
 static void run_training(const char *sched, int threads, graft_optimizer_kind kind, double clip,
                          double *w_out, double *b_out, int64_t *direct) {
   enum { IN = 64, OUT = 96, BATCH = 16 };
-  train m;
+  tu_net m;
   tu_assert_status(graft_module_create(NULL, "net", &m.root), GRAFT_OK);
   const int64_t ws[2] = {IN, OUT}, bs[1] = {OUT};
   float w0[IN * OUT];
@@ -195,7 +176,7 @@ static void run_training(const char *sched, int threads, graft_optimizer_kind ki
   graft_optimizer_desc d = {.kind = kind, .lr = 0.01, .weight_decay = 0.001, .clip_norm = clip};
   tu_assert_status(graft_optimizer_create(m.root, "adam", &d, 2, vars, &m.opt), GRAFT_OK);
   graft_runtime *rt = tu_runtime_of(sched, threads, 1024);
-  graft_function *f = tu_function(rt, "train", train_cb, &m, 2, 1, NULL);
+  graft_function *f = tu_function(rt, "train", tu_net_step, &m, 2, 1, NULL);
   tu_rng rng = {42};
   const int64_t xs[2] = {BATCH, IN}, ys[2] = {BATCH, OUT};
   graft_tensor *x = tu_tensor_rand(&rng, GRAFT_F32, 2, xs, -1, 1);
