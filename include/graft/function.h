@@ -100,6 +100,12 @@ typedef struct graft_plan_stats {
   int64_t direct_assigns; /* assigns that write straight into their variable
                              (when the call cannot fail), not copied at the
                              end of the call */
+  int64_t fused_groups;   /* fused nodes: elementwise ops run as one node,
+                             one pass per tile (GRAFT_FUSION) */
+  int64_t fused_ops;      /* ops inside them (an op recomputed in two
+                             groups counts twice) */
+  int64_t fused_dropped;  /* values no longer stored: every reader computes
+                             them inside its group */
 } graft_plan_stats;
 
 /* Create a function on rt.  desc is copied.  GRAFT_EINVAL for a NULL trace

@@ -62,6 +62,8 @@ typedef struct graft_runtime_opts {
   int bind;               /* 0 unset, 1 true, -1 false */
   int64_t grain;          /* elements per tile, 1..2^48 */
   const char *memory;     /* "parallel", or "lanes:N" (N in 1..4096) */
+  const char *fusion;     /* "on" (default): chains of elementwise ops run
+                             as one node; "off": one node per op */
 } graft_runtime_opts;
 
 GRAFT_API void graft_runtime_opts_init(graft_runtime_opts *opts);

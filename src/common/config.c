@@ -211,6 +211,15 @@ graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, 
     c->partition = (graft__level)v;
   }
 
+  s = pick(o ? o->fusion : NULL, "graft_runtime_opts.fusion", "GRAFT_FUSION");
+  c->fusion = 1;
+  if (s.value) {
+    static const char *const names[] = {"off", "on"};
+    int v = parse_enum(s.value, names, 2);
+    if (v < 0) return bad(msg, s, "on, off");
+    c->fusion = v;
+  }
+
   s = pick(NULL, NULL, "GRAFT_DISPLAY_ENV");
   if (s.value) {
     static const char *const names[] = {"false", "true", "verbose"};

@@ -42,6 +42,7 @@ typedef struct graft__config {
   int bind;             /* 1 true, 0 false, -1 default (true on real topologies) */
   int64_t grain;
   int lanes;            /* GRAFT_MEMORY=lanes:N; 0 = parallel (no added edges) */
+  int fusion;           /* GRAFT_FUSION: 1 on (default), 0 off */
   int display_env;      /* 0 off, 1 true, 2 verbose */
 } graft__config;
 

@@ -97,6 +97,10 @@ typedef struct graft__node {
   int64_t shape[GRAFT_MAX_RANK]; /* may hold symbols */
   double fill;                 /* FILL value (also rank-0 scalars) */
   graft__attr attr;
+  /* Only in a plan's copy of the graph (sched/fuse.c): the elementwise ops
+   * this node runs as one (kernels.h), its inputs then being the group's;
+   * NULL in every traced graph. */
+  const struct graft__fused *fused;
 } graft__node;
 
 /* A custom-gradient region (graph arena): inputs of the CUSTOM node are

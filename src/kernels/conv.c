@@ -309,7 +309,7 @@ int64_t graft__conv_units(const graft__kargs *k) {
   return graft__size_mul_sat(x->shape[0], n->attr.conv.groups);
 }
 
-int64_t graft__kernel_scratch(const graft__kargs *k) {
+int64_t graft__conv_scratch(const graft__kargs *k) {
   const int op = k->node->op;
   if (op != GRAFT__OP_CONV2D && op != GRAFT__OP_CONV2D_W && op != GRAFT__OP_CONV2D_X) return 0;
   const graft__tview *x = op == GRAFT__OP_CONV2D_X ? k->out : k->in[op == GRAFT__OP_CONV2D_W];
@@ -367,8 +367,8 @@ int64_t graft__kernel_scratch(const graft__kargs *k) {
 DEF_CONV(conv_f32, float, cblas_sgemm, im2col_f32, col2im_f32)
 DEF_CONV(conv_f64, double, cblas_dgemm, im2col_f64, col2im_f64)
 
-graft_status graft__kernel_run_scratch(const graft__kargs *k, int64_t begin, int64_t end,
-                                       double *scratch) {
+graft_status graft__conv_run_scratch(const graft__kargs *k, int64_t begin, int64_t end,
+                                     double *scratch) {
   conv_geom g;
   const graft__tview *x = NULL, *w = NULL, *y = NULL;
   graft_status st = conv_setup(k, begin, end, &g, &x, &w, &y);

@@ -103,3 +103,15 @@ int64_t graft__kernel_units(const graft__kargs *k) {
     return out->numel;
   }
 }
+
+/* ---- per-tile scratch ------------------------------------------------ */
+
+int64_t graft__kernel_scratch(const graft__kargs *k) {
+  return k->node->fused ? graft__fused_scratch(k) : graft__conv_scratch(k);
+}
+
+graft_status graft__kernel_run_scratch(const graft__kargs *k, int64_t begin, int64_t end,
+                                       double *scratch) {
+  return k->node->fused ? graft__fused_run(k, begin, end, scratch)
+                        : graft__conv_run_scratch(k, begin, end, scratch);
+}

@@ -91,6 +91,35 @@ int64_t graft__kernel_scratch(const graft__kargs *k);
 graft_status graft__kernel_run_scratch(const graft__kargs *k, int64_t begin, int64_t end,
                                        double *scratch);
 
+/* ---- fused elementwise groups (sched/fuse.c builds them, fused.c runs them)
+ *
+ * Elementwise ops of one output shape that a plan runs as one node, one
+ * pass per tile: members in topological order, the root (whose value the
+ * node writes: its out view) last.  Every other member's values live only
+ * in the tile's scratch, GRAFT__FUSED_CHUNK elements at a time; each member
+ * runs its own kernel over them, so every element gets the same operations
+ * in the same order as unfused, and the bits are the same.  The node's
+ * inputs (kargs in) are the group's external inputs. */
+#define GRAFT__FUSED_MAX_MEMBERS 32
+#define GRAFT__FUSED_MAX_IN 16
+#define GRAFT__FUSED_CHUNK 1024
+#define GRAFT__FUSED_NAME 96
+
+typedef struct graft__fused_member {
+  const graft__node *node;     /* the traced op (attributes) */
+  graft__kernel_fn fn;
+  graft_dtype dtype;           /* of its value */
+  int8_t ref[3];               /* per input: >= 0 the node's input ref,
+                                  < 0 member -1 - ref */
+} graft__fused_member;
+
+typedef struct graft__fused {
+  int n_members;
+  int cost;                    /* the members' cost column, summed */
+  char name[GRAFT__FUSED_NAME]; /* "fused:mul+add+relu" (traces, DOT) */
+  graft__fused_member m[GRAFT__FUSED_MAX_MEMBERS];
+} graft__fused;
+
 /* BLAS setup: make OpenBLAS single-threaded inside tasks where that is safe
  * (pthreads variant); never touches the OpenMP variant.  Idempotent. */
 void graft__blas_init(void);

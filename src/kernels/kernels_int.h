@@ -79,6 +79,13 @@ const char *graft__blas_hint(void);
  * CONV2D and CONV2D_X, groups for CONV2D_W; and image planes (N x C) for
  * MAX_POOL2D_GRAD. */
 int64_t graft__conv_units(const graft__kargs *k);
+/* Their per-tile scratch (graft__kernel_scratch, graft__kernel_run_scratch
+ * dispatch here and to the fused kernel's, fused.c). */
+int64_t graft__conv_scratch(const graft__kargs *k);
+graft_status graft__conv_run_scratch(const graft__kargs *k, int64_t begin, int64_t end,
+                                     double *scratch);
+int64_t graft__fused_scratch(const graft__kargs *k);
+graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end, double *scratch);
 
 /* Reduction ops a graft__reduce_run call can perform. */
 enum graft__reduce_kind {

@@ -12,8 +12,8 @@ void graft__exec_fail_msg(const graft__plan *p, uint32_t id, const char *reason,
 }
 
 static const char *node_name(const void *ctx, uint32_t node) {
-  const graft__graph *g = ctx;
-  return graft__ops[graft__graph_node(g, node)->op].name;
+  const graft__node *n = graft__graph_node((const graft__graph *)ctx, node);
+  return n->fused ? n->fused->name : graft__ops[n->op].name;
 }
 
 void graft__exec_trace_write(const graft_runtime *rt, const graft__plan *p, const graft__trace_buf *b) {

@@ -380,7 +380,8 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
   }
   graft__plan *p;
   graft__plan_opts po = {f->rt->cfg.grain, graft__runtime_parts(f->rt), f->rt->cfg.lanes,
-                         f->rt->num_threads == 1 || f->rt->cfg.sched == GRAFT__SCHED_SEQ};
+                         f->rt->num_threads == 1 || f->rt->cfg.sched == GRAFT__SCHED_SEQ,
+                         f->rt->cfg.fusion};
   graft_status st = graft__plan_compile(g, in, &po, &p, f->msg);
   if (st) return st;
   sigkey copy = {graft__malloc((size_t)(key->len ? key->len : 1) * sizeof *copy.v), key->len};

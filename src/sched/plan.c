@@ -39,6 +39,15 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->sources);
   graft__free(p->src_off);
   graft__exec_state_destroy(p->ws);
+  if (p->fg) {
+    for (int64_t c = 0; c < p->fg->n_chunks; c++)
+      if (p->fg_own[c]) graft__free(p->fg->chunks[c]);
+    graft__free(p->fg->chunks);
+    graft__free(p->fg);
+  }
+  graft__free(p->fg_own);
+  graft__free(p->fused);
+  graft__free(p->fused_in);
   graft__free(p);
 }
 
@@ -439,6 +448,14 @@ static graft_status reorder(graft__plan *p) {
   return GRAFT_OK;
 }
 
+/* A fused node runs only with its scratch (graft__kernel_run_scratch), so
+ * it is never whole: executors never call its kargs' fn. */
+static graft_status fused_needs_scratch(const graft__kargs *k, int64_t begin, int64_t end) {
+  (void)begin, (void)end;
+  graft__msgf(k->msg, "%s runs only with its scratch", k->node->fused->name);
+  return GRAFT_EINTERNAL;
+}
+
 /* Kernel arguments per order position; data pointers are set once the
  * memory plan exists (place). */
 static graft_status args(graft__plan *p) {
@@ -464,7 +481,7 @@ static graft_status args(graft__plan *p) {
     ka->in = &p->in_ptrs[k];
     for (int j = 0; j < nd->n_in; j++) p->in_ptrs[k++] = graft__plan_view(p, nd->in[j]);
     ka->out = graft__plan_view(p, id);
-    ka->fn = graft__kernels[nd->op].run;
+    ka->fn = nd->fused ? fused_needs_scratch : graft__kernels[nd->op].run;
     if (nd->op == GRAFT__OP_UPDATE) /* its destinations follow its inputs */
       for (int j = 0; j < nd->attr.update.n_vars; j++) {
         p->upd_dst[kd] = (graft__tview){.dtype = ka->out->dtype};
@@ -650,7 +667,7 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
     graft__plan_destroy(p);
     return st;
   }
-  if (layout(p) || link(p) || find_direct_assigns(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
+  if ((opts->fusion && graft__plan_fuse(p)) || layout(p) || link(p) || find_direct_assigns(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
       graft__plan_tile(p, opts->grain) || graft__plan_partition(p, opts->n_parts))
     goto nomem;
 #ifdef GRAFT_PLAN_CHECK

@@ -37,13 +37,13 @@ GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t 
   const char *core = graft__blas_core();
   return snprintf(buf, len,
                   "threads=%d sched=%s partition=%s(%s) domains=%d pus=%d topology=%s bind=%s "
-                  "grain=%lld memory=%s%.0d blas=%s%s%s%s trace=%s",
+                  "grain=%lld memory=%s%.0d fusion=%s blas=%s%s%s%s trace=%s",
                   rt->num_threads, graft__sched_name(rt->cfg.sched),
                   graft__level_name(rt->cfg.partition), graft__level_name(rt->level),
                   rt->n_domains, graft__topology_pus(rt->topo),
                   graft__topology_source(rt->topo), resolved_bind(rt) ? "true" : "false",
                   (long long)rt->cfg.grain, rt->cfg.lanes ? "lanes:" : "parallel",
-                  rt->cfg.lanes, blas_name(), core ? "(" : "", core ? core : "", core ? ")" : "",
+                  rt->cfg.lanes, rt->cfg.fusion ? "on" : "off", blas_name(), core ? "(" : "", core ? core : "", core ? ")" : "",
                   rt->cfg.trace_path ? rt->cfg.trace_path : "off");
 }
 

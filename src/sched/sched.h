@@ -99,6 +99,12 @@ typedef struct graft__plan {
                                kernels), 0 for none; tile t's starts at
                                scratch_off + t * scratch_per */
   struct graft__exec_state *ws; /* lazily built work-stealing state */
+  /* Fusion (fuse.c): g is then the plan's copy of the traced graph, whose
+   * chunks holding a group's root are copies too (the others shared). */
+  graft__graph *fg;         /* the copy, or NULL when nothing fused */
+  uint8_t *fg_own;          /* per chunk: 1 when the copy owns it */
+  graft__fused *fused;      /* the groups */
+  uint32_t *fused_in;       /* their roots' input lists, flattened */
 } graft__plan;
 
 /* The concrete view of graph node id. */
@@ -132,7 +138,20 @@ typedef struct graft__plan_opts {
   int n_parts;              /* partition parts (domains with workers) */
   int lanes;                /* > 0: node i also waits for node i - lanes */
   int pack_small;           /* one thread runs the plan (graft__slot_align) */
+  int fusion;               /* fuse elementwise groups (fuse.c) */
 } graft__plan_opts;
+
+/* ---- fusion (fuse.c) ------------------------------------------------------ */
+/* Group the live elementwise ops of a plan whose shapes are inferred into
+ * fused nodes (kernels.h): each group's root gets the group's inputs and
+ * its program in p's copy of the graph, and members no node outside a
+ * group reads leave the live set.  Runs before layout. */
+graft_status graft__plan_fuse(graft__plan *p);
+
+/* A node's cost per element (the cost column; a fused group's summed). */
+static inline int graft__plan_node_cost(const graft__node *n) {
+  return n->fused ? n->fused->cost : graft__ops[n->op].cost;
+}
 
 /* Compile g for the concrete inputs in[] (already checked against g's input
  * count, dtypes and ranks).  On failure *out is NULL and msg tells why. */

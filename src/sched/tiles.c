@@ -15,7 +15,7 @@ int64_t graft__plan_node_work(const graft__plan *p, uint32_t i) {
   uint32_t id = p->order[i];
   const graft__node *n = graft__graph_node(p->g, id);
   const graft__tview *o = graft__plan_view(p, id);
-  int cost = graft__ops[n->op].cost;
+  int cost = graft__plan_node_cost(n);
   if (n->op == GRAFT__OP_MATMUL) {
     const graft__tview *a = p->kargs[i].in[0];
     int64_t k = a->shape[a->rank - ((n->attr.matmul.flags & GRAFT_TRANS_A) ? 2 : 1)];
@@ -50,6 +50,7 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
 
   /* Elements (or multiply-adds) one unit stands for. */
   int64_t per_unit = p->work[i] / (graft__ops[n->op].cost ? graft__ops[n->op].cost : 1) / units;
+  if (n->fused) per_unit = n->fused->cost; /* elements: one per unit, the group's work each */
   if (per_unit < 1) per_unit = 1;
   int64_t len = grain / per_unit;
   if (len < 1) len = 1;

@@ -418,6 +418,10 @@ static void test_graft__topology_worker_pus__inside_the_workers_domain(void **st
 }
 
 int main(void) {
+  /* These cases check the partitioner and tiler on plans of one node per op, whose
+   * nodes they look up by id; fused plans have tests of their own
+   * (tests/sched/test_fusion.c), and the plan checker runs on every plan. */
+  setenv("GRAFT_FUSION", "off", 1);
   const struct CMUnitTest tests[] = {
       TU_WATCHED_TEST(test_graft__plan_partition__numa_16_branches),
       TU_WATCHED_TEST(test_graft__plan_partition__numa_4_branches),

@@ -222,9 +222,12 @@ static void check_trace(const char *sched) {
   assert_non_null(p);
   assert_true(p->g->n_nodes <= MAX_NODES);
   int want_tiles[MAX_NODES] = {0}, got_tiles[MAX_NODES] = {0};
-  const char *op_name[MAX_NODES];
+  static char op_name[MAX_NODES][GRAFT__FUSED_NAME]; /* copies: the plan goes first */
   uint32_t n_nodes = p->g->n_nodes;
-  for (uint32_t id = 0; id < n_nodes; id++) op_name[id] = graft__ops[graft__graph_node(p->g, id)->op].name;
+  for (uint32_t id = 0; id < n_nodes; id++) { /* a fused group is named by its ops */
+    const graft__node *nd = graft__graph_node(p->g, id);
+    snprintf(op_name[id], sizeof op_name[id], "%s", nd->fused ? nd->fused->name : graft__ops[nd->op].name);
+  }
   for (uint32_t i = 0; i < p->n_order; i++) want_tiles[p->order[i]] = p->tiling[i].n;
   assert_int_equal(atomic_load(&tasks_run), p->n_tasks);
   unsigned ran_mask = atomic_load(&worker_mask);
@@ -238,7 +241,7 @@ static void check_trace(const char *sched) {
   int n = 0;
   event *ev = parse_trace(text, &n);
   unsigned tid_mask = 0;
-  int slices = 0, saw_matmul = 0;
+  int slices = 0, saw_matmul = 0, saw_fused = 0;
   int named = 0;
   for (int k = 0; k < n; k++) {
     assert_int_equal(ev[k].pid, 1);
@@ -255,14 +258,19 @@ static void check_trace(const char *sched) {
     assert_true(ev[k].has_ts && ev[k].has_dur);
     assert_in_range(ev[k].tid, 0, THREADS - 1);
     tid_mask |= 1u << ev[k].tid;
-    char op[48];
+    char op[GRAFT__FUSED_NAME];
     unsigned id = 0;
-    if (sscanf(ev[k].name, "%47[a-z_] #%u", op, &id) != 2)
+    const char *hash = strrchr(ev[k].name, '#');
+    size_t len = hash ? (size_t)(hash - ev[k].name) : 0;
+    if (!hash || len < 2 || len - 1 >= sizeof op || hash[-1] != ' ' || sscanf(hash, "#%u", &id) != 1)
       fail_msg("slice name '%s' is not '<op> #<id>'", ev[k].name);
+    memcpy(op, ev[k].name, len - 1);
+    op[len - 1] = '\0';
     assert_true(id < n_nodes);
     assert_string_equal(op, op_name[id]);
     got_tiles[id]++;
     saw_matmul |= id == matmul_id;
+    saw_fused |= !strncmp(op, "fused:", 6) && strstr(op, "tanh") != NULL;
     slices++;
   }
   for (uint32_t id = 0; id < n_nodes; id++)
@@ -275,6 +283,7 @@ static void check_trace(const char *sched) {
   snprintf(label, sizeof label, "graft runtime 1: %s x%d", sched, THREADS);
   assert_non_null(strstr(text, label));
   assert_true(saw_matmul);
+  assert_true(saw_fused); /* the wide graph's tanh chains run fused, named by their ops */
   char want_name[32];
   snprintf(want_name, sizeof want_name, "\"matmul #%u\"", matmul_id);
   assert_non_null(strstr(text, want_name));

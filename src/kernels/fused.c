@@ -1,0 +1,62 @@
+/* The kernel of a fused elementwise group (kernels.h, sched/fuse.c).
+ *
+ * A tile's elements go through the members GRAFT__FUSED_CHUNK at a time:
+ * each member runs its own kernel over the chunk, reading the node's inputs
+ * or earlier members' chunks and writing its own chunk in the tile's
+ * scratch (the root writes the node's value).  Member kernels index their
+ * operands by output element, so a member's chunk is handed to them as a
+ * view whose data pointer is moved back by the chunk's first index: element
+ * i then lands in the chunk.  Every element gets exactly the operations it
+ * gets unfused, whatever the tiles and chunks, so the bits are the same. */
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "kernels/kernels_int.h"
+
+/* Elements per member chunk: whole 64-byte lines of doubles. */
+static int64_t chunk_of(const graft__kargs *k) {
+  int64_t ch = k->out->numel < GRAFT__FUSED_CHUNK ? k->out->numel : GRAFT__FUSED_CHUNK;
+  return (ch + 7) / 8 * 8;
+}
+
+int64_t graft__fused_scratch(const graft__kargs *k) {
+  return (int64_t)(k->node->fused->n_members - 1) * chunk_of(k) + 1;
+}
+
+graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end, double *scratch) {
+  const graft__fused *f = k->node->fused;
+  const int nm = f->n_members;
+  const int64_t ch = chunk_of(k);
+  graft__tview tmp[GRAFT__FUSED_MAX_MEMBERS];
+  const graft__tview *ins[GRAFT__FUSED_MAX_MEMBERS][3];
+  graft__kargs mk[GRAFT__FUSED_MAX_MEMBERS];
+  if (nm < 2 || nm > GRAFT__FUSED_MAX_MEMBERS)
+    return graft__kernel_internal(k, "fused group of %d ops", nm);
+  for (int m = 0; m < nm; m++) {
+    const graft__fused_member *fm = &f->m[m];
+    const graft__node *nd = fm->node;
+    tmp[m] = (graft__tview){NULL, k->out->numel, fm->dtype, k->out->rank, k->out->shape};
+    for (int j = 0; j < nd->n_in; j++) {
+      int r = fm->ref[j];
+      if (r >= k->n_in || -1 - r >= m)
+        return graft__kernel_internal(k, "fused member %d reads operand %d", m, r);
+      ins[m][j] = r >= 0 ? k->in[r] : &tmp[-1 - r];
+    }
+    mk[m] = (graft__kargs){.node = nd, .n_in = nd->n_in, .in = ins[m],
+                           .out = m == nm - 1 ? k->out : &tmp[m], .msg = k->msg,
+                           .fn = fm->fn, .units = k->out->numel, .next = UINT32_MAX};
+  }
+  for (int64_t cb = begin; cb < end; cb += ch) {
+    const int64_t ce = end - cb < ch ? end : cb + ch;
+    /* Moved back by cb elements (in integers): the kernel's element cb
+     * is the chunk's first. */
+    for (int m = 0; m < nm - 1; m++)
+      tmp[m].data = (void *)((uintptr_t)(scratch + (int64_t)m * ch) -
+                             (uintptr_t)cb * graft_dtype_size(tmp[m].dtype));
+    for (int m = 0; m < nm; m++) {
+      graft_status st = mk[m].fn(&mk[m], cb, ce);
+      if (st != GRAFT_OK) return st;
+    }
+  }
+  return GRAFT_OK;
+}

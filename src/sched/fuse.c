@@ -1,0 +1,314 @@
+/* Elementwise fusion at compile (GRAFT_FUSION, on by default).
+ *
+ * Chains and trees of elementwise ops of one output shape become one node
+ * whose kernel (kernels/fused.c) makes one pass per tile: each member runs
+ * its own kernel over a chunk of elements, the values between members stay
+ * in the tile's scratch, and only the root's value is stored.  The plan
+ * then sees one node with the group's inputs, so the memory planner, its
+ * checker, the tiler and every executor treat a group as one node.
+ *
+ * Groups are grown from their root towards the inputs, visiting the nodes
+ * in decreasing id (a reverse topological order), so when a node is
+ * reached every node that reads it has been decided.  A node is *needed*
+ * when something outside a group reads it: an output, a side effect, an op
+ * that may fail on data, a node that runs on its own, or a group that has
+ * it as an input.  A node nobody needs is dropped from the live set: every
+ * reader computes it inside its group.  A member joins a group when it has
+ * the root's shape and nobody needs it yet, and either every reader not
+ * yet decided is in the group, or it is cheap (cost column <= DUP_COST)
+ * and every reader could take it in too: then a group may recompute it
+ * rather than read it, which is what lets an optimizer written as ops run
+ * in three passes rather than a dozen.  Recomputing gives the same bits:
+ * each element's operations are the same whichever node runs them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/sched.h"
+
+#define DUP_COST 2
+
+static int member_op(const graft__node *n) {
+  unsigned f = graft__ops[n->op].flags;
+  return (f & GRAFT__OPF_ELEMWISE) &&
+         !(f & (GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_FALLIBLE | GRAFT__OPF_LEAF | GRAFT__OPF_EXTERNAL)) &&
+         n->n_in >= 1 && n->n_in <= 3;
+}
+
+/* A root may also be an assign: the group then writes the variable. */
+static int root_op(const graft__node *n) {
+  return member_op(n) || (n->op == GRAFT__OP_ASSIGN && n->n_in == 1);
+}
+
+typedef struct fuse_ctx {
+  graft__plan *p;
+  const graft__graph *g;
+  uint32_t *cons_off, *cons; /* live readers of each node, each once */
+  uint8_t *needed;
+  uint32_t *in_g, *rejected; /* == stamp: in / refused by the group being grown */
+  uint32_t stamp;
+  uint32_t root;
+  uint32_t mem[GRAFT__FUSED_MAX_MEMBERS];
+  int n_mem;
+} fuse_ctx;
+
+static const graft__tview *view_of(const fuse_ctx *c, uint32_t id) {
+  return graft__plan_view(c->p, id);
+}
+
+static int same_shape(const fuse_ctx *c, uint32_t a, uint32_t b) {
+  const graft__tview *x = view_of(c, a), *y = view_of(c, b);
+  if (x->rank != y->rank || x->numel != y->numel) return 0;
+  for (int d = 0; d < x->rank; d++)
+    if (x->shape[d] != y->shape[d]) return 0;
+  return 1;
+}
+
+/* The group's inputs if u joined it (u's in_g mark set by the caller). */
+static int count_inputs(const fuse_ctx *c, uint32_t *ext) {
+  int n = 0;
+  for (int m = 0; m < c->n_mem; m++) {
+    const graft__node *nd = graft__graph_node(c->g, c->mem[m]);
+    for (int j = 0; j < nd->n_in; j++) {
+      uint32_t u = nd->in[j];
+      if (c->in_g[u] == c->stamp) continue;
+      int seen = 0;
+      for (int q = 0; q < n && !seen; q++) seen = ext[q] == u;
+      if (seen) continue;
+      if (n == GRAFT__FUSED_MAX_IN) return n + 1;
+      ext[n++] = u;
+    }
+  }
+  return n;
+}
+
+static int may_join(const fuse_ctx *c, uint32_t u) {
+  const graft__node *n = graft__graph_node(c->g, u);
+  if (!c->p->live[u] || c->needed[u] || !member_op(n) || !same_shape(c, u, c->root)) return 0;
+  int all_in = 1, all_could = 1;
+  for (uint32_t e = c->cons_off[u]; e < c->cons_off[u + 1]; e++) {
+    uint32_t r = c->cons[e];
+    if (r > c->root) continue; /* decided: it would have marked u needed */
+    all_in &= c->in_g[r] == c->stamp;
+    all_could &= root_op(graft__graph_node(c->g, r)) && same_shape(c, r, u);
+  }
+  return all_in || (graft__ops[n->op].cost <= DUP_COST && all_could);
+}
+
+/* Grow the group of root r into c->mem (ascending ids); its input count
+ * stays within GRAFT__FUSED_MAX_IN. */
+static void grow(fuse_ctx *c, uint32_t r) {
+  uint32_t cand[GRAFT__FUSED_MAX_MEMBERS * 3], ext[GRAFT__FUSED_MAX_IN + 1];
+  int n_cand = 0;
+  c->stamp++;
+  c->root = r;
+  c->n_mem = 1;
+  c->mem[0] = r;
+  c->in_g[r] = c->stamp;
+  const graft__node *rn = graft__graph_node(c->g, r);
+  for (int j = 0; j < rn->n_in; j++) cand[n_cand++] = rn->in[j];
+  while (n_cand && c->n_mem < GRAFT__FUSED_MAX_MEMBERS) {
+    int best = 0; /* the largest id: every member reading it is decided */
+    for (int q = 1; q < n_cand; q++)
+      if (cand[q] > cand[best]) best = q;
+    uint32_t u = cand[best];
+    cand[best] = cand[--n_cand];
+    if (c->in_g[u] == c->stamp || c->rejected[u] == c->stamp) continue;
+    if (!may_join(c, u)) {
+      c->rejected[u] = c->stamp;
+      continue;
+    }
+    c->in_g[u] = c->stamp;
+    c->mem[c->n_mem++] = u;
+    if (count_inputs(c, ext) > GRAFT__FUSED_MAX_IN) {
+      c->in_g[u] = 0;
+      c->n_mem--;
+      c->rejected[u] = c->stamp;
+      continue;
+    }
+    const graft__node *un = graft__graph_node(c->g, u);
+    for (int j = 0; j < un->n_in; j++) cand[n_cand++] = un->in[j];
+  }
+  /* ascending ids: a topological order of the members */
+  for (int a = 1; a < c->n_mem; a++)
+    for (int b = a; b > 0 && c->mem[b - 1] > c->mem[b]; b--) {
+      uint32_t t = c->mem[b];
+      c->mem[b] = c->mem[b - 1];
+      c->mem[b - 1] = t;
+    }
+}
+
+/* The program of the group in c->mem, its inputs into ext. */
+static void program(const fuse_ctx *c, graft__fused *f, uint32_t *ext, int *n_ext) {
+  *n_ext = count_inputs(c, ext);
+  f->n_members = c->n_mem;
+  f->cost = 0;
+  size_t at = (size_t)snprintf(f->name, sizeof f->name, "fused:");
+  for (int m = 0; m < c->n_mem; m++) {
+    const graft__node *nd = graft__graph_node(c->g, c->mem[m]);
+    graft__fused_member *fm = &f->m[m];
+    fm->node = nd;
+    fm->fn = graft__kernels[nd->op].run;
+    fm->dtype = view_of(c, c->mem[m])->dtype;
+    f->cost += graft__ops[nd->op].cost ? graft__ops[nd->op].cost : 1;
+    for (int j = 0; j < nd->n_in; j++) {
+      uint32_t u = nd->in[j];
+      int8_t ref = 0;
+      if (c->in_g[u] == c->stamp) {
+        for (int q = 0; q < m; q++)
+          if (c->mem[q] == u) ref = (int8_t)(-1 - q);
+      } else {
+        for (int q = 0; q < *n_ext; q++)
+          if (ext[q] == u) ref = (int8_t)q;
+      }
+      fm->ref[j] = ref;
+    }
+    if (at < sizeof f->name)
+      at += (size_t)snprintf(f->name + at, sizeof f->name - at, "%s%s", m ? "+" : "",
+                             graft__ops[nd->op].name);
+  }
+  if (at >= sizeof f->name) memcpy(f->name + sizeof f->name - 4, "...", 4);
+}
+
+/* Readers of every node among the live compute nodes, each once. */
+static graft_status readers(fuse_ctx *c) {
+  const graft__graph *g = c->g;
+  uint32_t n = g->n_nodes;
+  c->cons_off = graft__calloc((size_t)n + 1, sizeof *c->cons_off);
+  uint32_t *fill = graft__malloc((size_t)(n ? n : 1) * sizeof *fill);
+  if (!c->cons_off || !fill) {
+    graft__free(fill);
+    return GRAFT_ENOMEM;
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) {
+      for (uint32_t i = 0; i < n; i++) c->cons_off[i + 1] += c->cons_off[i];
+      c->cons = graft__malloc((size_t)(c->cons_off[n] ? c->cons_off[n] : 1) * sizeof *c->cons);
+      if (!c->cons) {
+        graft__free(fill);
+        return GRAFT_ENOMEM;
+      }
+      memcpy(fill, c->cons_off, (size_t)n * sizeof *fill);
+    }
+    for (uint32_t id = 0; id < n; id++) {
+      const graft__node *nd = graft__graph_node(g, id);
+      if (!c->p->live[id]) continue;
+      for (int j = 0; j < nd->n_in; j++) {
+        int dup = 0;
+        for (int k = 0; k < j && !dup; k++) dup = nd->in[k] == nd->in[j];
+        if (dup) continue;
+        if (pass) c->cons[fill[nd->in[j]]++] = id;
+        else c->cons_off[nd->in[j] + 1]++;
+      }
+    }
+  }
+  graft__free(fill);
+  return GRAFT_OK;
+}
+
+/* p's own copy of the graph: the chunks holding a root copied, each root
+ * given its group's inputs and program. */
+static graft_status copy_graph(graft__plan *p, const uint32_t *roots, const int *n_ext,
+                               const uint32_t *ext_off, int n_groups) {
+  const graft__graph *g = p->g;
+  size_t nc = (size_t)(g->n_chunks ? g->n_chunks : 1);
+  graft__graph *fg = graft__malloc(sizeof *fg);
+  graft__node **chunks = graft__malloc(nc * sizeof *chunks);
+  p->fg_own = graft__calloc(nc, 1);
+  if (!fg || !chunks || !p->fg_own) {
+    graft__free(fg);
+    graft__free(chunks);
+    return GRAFT_ENOMEM;
+  }
+  *fg = *g;
+  memcpy(chunks, g->chunks, (size_t)g->n_chunks * sizeof *chunks);
+  fg->chunks = chunks;
+  fg->cap_chunks = g->n_chunks;
+  p->fg = fg; /* plan destroy frees what it owns from here on */
+  for (int k = 0; k < n_groups; k++) {
+    uint32_t ch = roots[k] >> GRAFT__CHUNK_BITS;
+    if (!p->fg_own[ch]) {
+      graft__node *copy = graft__aligned_alloc(GRAFT__CHUNK * sizeof *copy, GRAFT__ALIGN);
+      if (!copy) return GRAFT_ENOMEM;
+      memcpy(copy, g->chunks[ch], GRAFT__CHUNK * sizeof *copy);
+      p->fg->chunks[ch] = copy;
+      p->fg_own[ch] = 1;
+    }
+    graft__node *r = graft__graph_node(p->fg, roots[k]);
+    r->n_in = n_ext[k];
+    r->in = p->fused_in + ext_off[k];
+    r->fused = &p->fused[k];
+  }
+  p->g = p->fg;
+  return GRAFT_OK;
+}
+
+graft_status graft__plan_fuse(graft__plan *p) {
+  const graft__graph *g = p->g;
+  uint32_t n = g->n_nodes;
+  fuse_ctx c = {.p = p, .g = g};
+  uint32_t *roots = NULL, *ext_all = NULL, *ext_off = NULL;
+  int *n_ext = NULL;
+  int n_groups = 0;
+  int64_t cap = 0, ext_cap = 0, n_ext_all = 0, off_cap = 0, nx_cap = 0;
+  graft__fused *progs = NULL;
+  int64_t prog_cap = 0;
+  graft_status st = GRAFT_ENOMEM;
+  c.needed = graft__calloc(n ? n : 1, 1);
+  c.in_g = graft__calloc(n ? n : 1, sizeof *c.in_g);
+  c.rejected = graft__calloc(n ? n : 1, sizeof *c.rejected);
+  if (!c.needed || !c.in_g || !c.rejected || readers(&c)) goto out;
+  for (int i = 0; i < g->n_outputs; i++) c.needed[g->outputs[i]] = 1;
+  for (uint32_t id = 0; id < n; id++)
+    if (graft__ops[graft__graph_node(g, id)->op].flags & (GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_FALLIBLE))
+      c.needed[id] = 1;
+  for (uint32_t id = n; id-- > 0;) {
+    const graft__node *nd = graft__graph_node(g, id);
+    if (!p->live[id] || (graft__ops[nd->op].flags & GRAFT__OPF_EXTERNAL)) continue;
+    if (!c.needed[id]) { /* every reader computes it in its group */
+      p->live[id] = 0;
+      p->stats.fused_dropped++;
+      continue;
+    }
+    if (root_op(nd) && view_of(&c, id)->numel > 0) {
+      grow(&c, id);
+      if (c.n_mem >= 2) {
+        if (graft__grow((void **)&progs, &prog_cap, n_groups + 1, sizeof *progs) ||
+            graft__grow((void **)&roots, &cap, n_groups + 1, sizeof *roots) ||
+            graft__grow((void **)&n_ext, &nx_cap, n_groups + 1, sizeof *n_ext) ||
+            graft__grow((void **)&ext_off, &off_cap, n_groups + 1, sizeof *ext_off) ||
+            graft__grow((void **)&ext_all, &ext_cap, n_ext_all + GRAFT__FUSED_MAX_IN, sizeof *ext_all))
+          goto out;
+        program(&c, &progs[n_groups], ext_all + n_ext_all, &n_ext[n_groups]);
+        roots[n_groups] = id;
+        ext_off[n_groups] = (uint32_t)n_ext_all;
+        for (int q = 0; q < n_ext[n_groups]; q++) c.needed[ext_all[n_ext_all + q]] = 1;
+        n_ext_all += n_ext[n_groups];
+        p->stats.fused_ops += c.n_mem;
+        n_groups++;
+        continue;
+      }
+    }
+    for (int j = 0; j < nd->n_in; j++) c.needed[nd->in[j]] = 1;
+  }
+  p->stats.fused_groups = n_groups;
+  st = GRAFT_OK;
+  if (n_groups) {
+    p->fused = progs;
+    p->fused_in = ext_all;
+    progs = NULL;
+    ext_all = NULL;
+    st = copy_graph(p, roots, n_ext, ext_off, n_groups);
+  }
+out:
+  graft__free(c.cons_off);
+  graft__free(c.cons);
+  graft__free(c.needed);
+  graft__free(c.in_g);
+  graft__free(c.rejected);
+  graft__free(roots);
+  graft__free(n_ext);
+  graft__free(ext_off);
+  graft__free(ext_all);
+  graft__free(progs);
+  return st;
+}
