@@ -29,7 +29,21 @@ static void put_escaped(FILE *to, const char *s) {
   }
 }
 
-graft_status graft__graph_write_dot(const graft__graph *g, FILE *to) {
+/* Clusters (fused groups, drawn around their members) in id order of
+ * their roots. */
+static void write_clusters(const graft__graph *g, const graft__dot_clusters *c, FILE *to) {
+  for (uint32_t r = 0; r < g->n_nodes; r++) {
+    if (!c->name[r]) continue;
+    fprintf(to, "  subgraph cluster_fused%u {\n    label=\"#%u ", r, r);
+    put_escaped(to, c->name[r]);
+    fprintf(to, "\";\n    style=\"rounded,dashed\";\n    color=purple;\n    fontname=\"Helvetica\";\n");
+    for (uint32_t id = 0; id <= r; id++)
+      if (c->of[id] == r) fprintf(to, "    n%u;\n", id);
+    fprintf(to, "  }\n");
+  }
+}
+
+graft_status graft__graph_write_dot(const graft__graph *g, const graft__dot_clusters *c, FILE *to) {
   uint8_t *live = graft__malloc(g->n_nodes ? g->n_nodes : 1);
   if (!live) return GRAFT_ENOMEM;
   graft__graph_prune(g, live);
@@ -58,6 +72,7 @@ graft_status graft__graph_write_dot(const graft__graph *g, FILE *to) {
     fprintf(to, "\\n%s %s\"];\n", graft_dtype_name((graft_dtype)n->dtype), dims);
     for (int k = 0; k < n->n_in; k++) fprintf(to, "  n%u -> n%u;\n", n->in[k], id);
   }
+  if (c) write_clusters(g, c, to);
   for (int i = 0; i < g->n_outputs; i++) {
     fprintf(to, "  out%d [shape=house, fillcolor=lightblue, label=\"output %d\"];\n", i, i);
     fprintf(to, "  n%u -> out%d;\n", g->outputs[i], i);

@@ -201,10 +201,18 @@ graft_status graft__graph_ref_var(graft__graph *g, graft_variable *v);
  * that can fail on data (GRAFT__OPF_FALLIBLE). */
 void graft__graph_prune(const graft__graph *g, uint8_t *live);
 
+/* Clusters drawn around nodes: of[id] the cluster (named by its root id)
+ * node id is drawn in, UINT32_MAX for none; name[root] its label, NULL for
+ * an id that roots none.  A plan's fused groups (sched/fuse.c). */
+typedef struct graft__dot_clusters {
+  const uint32_t *of;
+  const char *const *name;
+} graft__dot_clusters;
+
 /* Write g in Graphviz DOT: inputs, variables, constants, ops and side
  * effects styled apart, backward/tangent nodes coloured by role, pruned
- * nodes dashed. */
-graft_status graft__graph_write_dot(const graft__graph *g, FILE *to);
+ * nodes dashed; with c (or NULL), clusters around nodes. */
+graft_status graft__graph_write_dot(const graft__graph *g, const graft__dot_clusters *c, FILE *to);
 
 /* ---- shapes ---------------------------------------------------------- */
 /* Run n's shape rule on inputs in[] (concrete if c->binding). */

@@ -703,6 +703,33 @@ GRAFT_API graft_status graft_function_stats(graft_function *f, graft_plan_stats 
   return GRAFT_OK;
 }
 
+/* The traced graph in DOT, with the fused groups of the last call's plan
+ * (when it is of that graph) as clusters: a node recomputed by several
+ * groups is drawn in the first. */
+static graft_status write_dot(graft_function *f, FILE *to) {
+  const graft__graph *g = f->last_graph;
+  const graft__plan *p = f->last_plan;
+  if (!p || !p->fg || p->fg->serial != g->serial) return graft__graph_write_dot(g, NULL, to);
+  uint32_t *of = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *of);
+  const char **name = graft__calloc(g->n_nodes ? g->n_nodes : 1, sizeof *name);
+  graft_status st = GRAFT_ENOMEM;
+  if (of && name) {
+    for (uint32_t id = 0; id < g->n_nodes; id++) of[id] = UINT32_MAX;
+    for (uint32_t r = 0; r < g->n_nodes; r++) {
+      const graft__fused *fu = graft__graph_node(p->fg, r)->fused;
+      if (!fu) continue;
+      name[r] = fu->name;
+      for (int m = 0; m < fu->n_members; m++)
+        if (of[fu->m[m].node->id] == UINT32_MAX) of[fu->m[m].node->id] = r;
+    }
+    graft__dot_clusters c = {of, name};
+    st = graft__graph_write_dot(g, &c, to);
+  }
+  graft__free(of);
+  graft__free(name);
+  return st;
+}
+
 GRAFT_API graft_status graft_function_write_dot(graft_function *f, FILE *to) {
   if (!f || !to)
     return graft__fail(GRAFT_EINVAL, "graft_function_write_dot: %s is NULL (expected %s)",
@@ -710,7 +737,7 @@ GRAFT_API graft_status graft_function_write_dot(graft_function *f, FILE *to) {
   if (!f->last_graph)
     return graft__fail(GRAFT_EMISUSE, "graft_function_write_dot: '%s' has no graph yet (expected "
                        "a graft_function_call that traced first)", f->name);
-  graft_status st = graft__graph_write_dot(f->last_graph, to);
+  graft_status st = write_dot(f, to);
   return st ? graft__fail(st, "graft_function_write_dot: '%s': %s", f->name, graft_status_str(st))
             : st;
 }

@@ -473,7 +473,9 @@ static void test_graft_function_write_dot__digraph_with_op_names(void **state) {
   tu_assert_status(graft_function_write_dot(f, fp), GRAFT_OK);
   char *text = read_all(fp);
   fclose(fp);
-  const char *want[] = {"digraph", "matmul", "relu", "add", "exp", "dashed", "dot_w", "}"};
+  /* relu(h + 1) ran as one fused node: drawn as a cluster named by its ops */
+  const char *want[] = {"digraph", "matmul", "relu", "add", "exp", "dashed", "dot_w",
+                        "subgraph cluster_fused", "fused:add+relu", "}"};
   for (size_t i = 0; i < TU_N_OF(want); i++)
     if (strstr(text, want[i]) == NULL) fail_msg("DOT lacks \"%s\":\n%s", want[i], text);
   free(text);
