@@ -19,19 +19,24 @@ static int64_t chunk_of(const graft__kargs *k) {
   return (ch + 7) / 8 * 8;
 }
 
+/* Doubles between slots: a chunk, and a line more so that slots do not
+ * start at the same offset of a page (which would make them evict each
+ * other from L1). */
+static int64_t slot_stride(const graft__kargs *k) { return chunk_of(k) + 8; }
+
 int64_t graft__fused_scratch(const graft__kargs *k) {
-  return (int64_t)(k->node->fused->n_members - 1) * chunk_of(k) + 1;
+  return (int64_t)k->node->fused->n_slots * slot_stride(k) + 1;
 }
 
 graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end, double *scratch) {
   const graft__fused *f = k->node->fused;
   const int nm = f->n_members;
-  const int64_t ch = chunk_of(k);
+  const int64_t ch = chunk_of(k), stride = slot_stride(k);
   graft__tview tmp[GRAFT__FUSED_MAX_MEMBERS];
   const graft__tview *ins[GRAFT__FUSED_MAX_MEMBERS][3];
   graft__kargs mk[GRAFT__FUSED_MAX_MEMBERS];
-  if (nm < 2 || nm > GRAFT__FUSED_MAX_MEMBERS)
-    return graft__kernel_internal(k, "fused group of %d ops", nm);
+  if (nm < 2 || nm > GRAFT__FUSED_MAX_MEMBERS || f->n_slots < 1 || f->n_slots >= nm)
+    return graft__kernel_internal(k, "fused group of %d ops in %d slots", nm, f->n_slots);
   for (int m = 0; m < nm; m++) {
     const graft__fused_member *fm = &f->m[m];
     const graft__node *nd = fm->node;
@@ -51,7 +56,7 @@ graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end,
     /* Moved back by cb elements (in integers): the kernel's element cb
      * is the chunk's first. */
     for (int m = 0; m < nm - 1; m++)
-      tmp[m].data = (void *)((uintptr_t)(scratch + (int64_t)m * ch) -
+      tmp[m].data = (void *)((uintptr_t)(scratch + (int64_t)f->m[m].slot * stride) -
                              (uintptr_t)cb * graft_dtype_size(tmp[m].dtype));
     for (int m = 0; m < nm; m++) {
       graft_status st = mk[m].fn(&mk[m], cb, ce);

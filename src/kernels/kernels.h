@@ -3,7 +3,9 @@
  * A kernel computes the output of one node from concrete input views.  Work
  * is split in "units" (graft__kernel_units): output elements for elementwise
  * ops, shape ops and reductions; output columns over all batches (batches *
- * N = numel / M) for matmul; rows for softmax / log_softmax; one unit for
+ * N = numel / M) for matmul, of each row block where the plan cuts rows
+ * into blocks (its kargs.units counts them: kernels_int.h); rows for
+ * softmax / log_softmax; one unit for
  * softmax_cross_entropy.  A kernel call computes exactly the units
  * [begin, end).  Different splits of the units need not give bitwise the
  * same result (matmul's BLAS calls do not): every executor runs a node as
@@ -111,10 +113,15 @@ typedef struct graft__fused_member {
   graft_dtype dtype;           /* of its value */
   int8_t ref[3];               /* per input: >= 0 the node's input ref,
                                   < 0 member -1 - ref */
+  int8_t slot;                 /* the scratch slot its chunk goes to (not
+                                  the root's); slots are reused once their
+                                  value is read for the last time, in place
+                                  when the element sizes agree */
 } graft__fused_member;
 
 typedef struct graft__fused {
   int n_members;
+  int n_slots;
   int cost;                    /* the members' cost column, summed */
   char name[GRAFT__FUSED_NAME]; /* "fused:mul+add+relu" (traces, DOT) */
   graft__fused_member m[GRAFT__FUSED_MAX_MEMBERS];

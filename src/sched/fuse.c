@@ -137,6 +137,38 @@ static void grow(fuse_ctx *c, uint32_t r) {
     }
 }
 
+/* Scratch slots: each member's chunk in a slot no live value holds, so a
+ * chain of any length runs in one or two slots that stay in L1.  A member
+ * may take the slot of an operand it reads for the last time when their
+ * elements have one size (an elementwise kernel reads element i before
+ * writing it); otherwise the slot is freed after it. */
+static void assign_slots(graft__fused *f) {
+  int last[GRAFT__FUSED_MAX_MEMBERS], holder[GRAFT__FUSED_MAX_MEMBERS];
+  const int nm = f->n_members;
+  for (int m = 0; m < nm; m++) last[m] = m;
+  for (int m = 0; m < nm; m++)
+    for (int j = 0; j < f->m[m].node->n_in; j++)
+      if (f->m[m].ref[j] < 0) last[-1 - f->m[m].ref[j]] = m;
+  f->n_slots = 0;
+  for (int s = 0; s < GRAFT__FUSED_MAX_MEMBERS; s++) holder[s] = -1;
+  for (int m = 0; m < nm - 1; m++) {
+    graft__fused_member *fm = &f->m[m];
+    int pick = -1;
+    for (int j = 0; j < fm->node->n_in && pick < 0; j++) { /* in place */
+      int r = fm->ref[j];
+      if (r < 0 && last[-1 - r] == m &&
+          graft_dtype_size(f->m[-1 - r].dtype) == graft_dtype_size(fm->dtype))
+        pick = f->m[-1 - r].slot;
+    }
+    for (int s = 0; s < f->n_slots && pick < 0; s++)
+      if (holder[s] < 0 || last[holder[s]] < m) pick = s;
+    if (pick < 0) pick = f->n_slots++;
+    fm->slot = (int8_t)pick;
+    holder[pick] = m;
+  }
+  f->m[nm - 1].slot = -1;
+}
+
 /* The program of the group in c->mem, its inputs into ext. */
 static void program(const fuse_ctx *c, graft__fused *f, uint32_t *ext, int *n_ext) {
   *n_ext = count_inputs(c, ext);
@@ -167,6 +199,7 @@ static void program(const fuse_ctx *c, graft__fused *f, uint32_t *ext, int *n_ex
                              graft__ops[nd->op].name);
   }
   if (at >= sizeof f->name) memcpy(f->name + sizeof f->name - 4, "...", 4);
+  assign_slots(f);
 }
 
 /* Readers of every node among the live compute nodes, each once. */
