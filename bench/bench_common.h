@@ -2,8 +2,9 @@
  *
  * The run header (commit, compiler, CPU, topology, and the GRAFT_* / OMP_* /
  * OPENBLAS_* environment, as text lines under '#' or as one JSON object),
- * a monotonic clock, medians and JSON string output; the command line
- * (--json, --help, --reps and a benchmark's own options); seeded data,
+ * a monotonic clock, medians and JSON string output; the baselines several
+ * benchmarks share (a list of GEMMs called directly, Adam in plain C); the
+ * command line (--json, --help, --reps and a benchmark's own options); seeded data,
  * graft error reports, runtimes and functions; the timed rep loop (configs
  * rotated rep by rep); rows and checks; and, for the benchmarks that split
  * a call's time, the graph of a function read back from its DOT and the
@@ -154,6 +155,112 @@ static inline void bench_setup_blas(char *buf, size_t len) {
 #else
   snprintf(buf, len, "CBLAS (not OpenBLAS; threading as configured)");
 #endif
+}
+
+/* ---- baselines: GEMMs called directly, Adam in plain C ------------------- */
+
+/* One GEMM: C [m, n] = op(A) op(B), op(A) [m, k], row-major. */
+typedef struct bench_gemm {
+  int ta, tb, m, n, k;
+} bench_gemm;
+
+#define BENCH_MAX_GEMMS 16
+
+/* A list of GEMMs with their operands (A uniform in [-1, 1), B in
+ * [-0.05, 0.05), seeded per GEMM). */
+typedef struct bench_gemm_set {
+  int n;
+  const bench_gemm *g;
+  float *a[BENCH_MAX_GEMMS], *b[BENCH_MAX_GEMMS], *c[BENCH_MAX_GEMMS];
+} bench_gemm_set;
+
+static inline void bench_gemm_set_free(bench_gemm_set *s) {
+  for (int i = 0; i < s->n; i++) free(s->a[i]), free(s->b[i]), free(s->c[i]);
+  memset(s, 0, sizeof *s);
+}
+
+/* The n (<= BENCH_MAX_GEMMS) GEMMs g, which must outlive s.  0, or -1 after
+ * a message (s freed). */
+static inline int bench_gemm_set_init(bench_gemm_set *s, const bench_gemm *g, int n) {
+  memset(s, 0, sizeof *s);
+  if (n < 0 || n > BENCH_MAX_GEMMS) {
+    fprintf(stderr, BENCH_PROG ": %d GEMMs (at most %d)\n", n, BENCH_MAX_GEMMS);
+    return -1;
+  }
+  s->g = g;
+  for (s->n = 0; s->n < n; s->n++) {
+    const int i = s->n;
+    const int64_t na = (int64_t)g[i].m * g[i].k, nb = (int64_t)g[i].k * g[i].n;
+    s->a[i] = bench_alloc_f32(na);
+    s->b[i] = bench_alloc_f32(nb);
+    s->c[i] = bench_alloc_f32((int64_t)g[i].m * g[i].n);
+    if (!s->a[i] || !s->b[i] || !s->c[i]) {
+      s->n++;
+      bench_gemm_set_free(s);
+      return bench_oom();
+    }
+    bench_fill_f32(s->a[i], na, 20 + (uint64_t)i, 1.0f);
+    bench_fill_f32(s->b[i], nb, 40 + (uint64_t)i, 0.05f);
+  }
+  return 0;
+}
+
+/* Each GEMM once, one cblas_sgemm call each (BLAS as bench_setup_blas
+ * left it). */
+static inline void bench_gemm_set_run(const bench_gemm_set *s) {
+  for (int i = 0; i < s->n; i++) {
+    const bench_gemm *g = &s->g[i];
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, s->a[i],
+                g->ta ? g->m : g->k, s->b[i], g->tb ? g->k : g->n, 0.0f, s->c[i], g->n);
+  }
+}
+
+/* Adam over n f32 parameters in plain C: what an optimizer step cannot
+ * avoid (read w, g, m, v; write w, m, v). */
+typedef struct bench_adam {
+  int64_t n, t; /* parameters, steps taken */
+  float *w, *g, *m, *v;
+} bench_adam;
+
+static inline void bench_adam_free(bench_adam *a) {
+  free(a->w), free(a->g), free(a->m), free(a->v);
+  memset(a, 0, sizeof *a);
+}
+
+/* w and g seeded, m and v zero.  0, or -1 after a message (a freed). */
+static inline int bench_adam_init(bench_adam *a, int64_t n) {
+  memset(a, 0, sizeof *a);
+  a->n = n;
+  a->w = bench_alloc_f32(n), a->g = bench_alloc_f32(n);
+  a->m = bench_alloc_f32(n), a->v = bench_alloc_f32(n);
+  if (!a->w || !a->g || !a->m || !a->v) {
+    bench_adam_free(a);
+    return bench_oom();
+  }
+  bench_fill_f32(a->w, n, 31, 0.05f);
+  bench_fill_f32(a->g, n, 32, 0.01f);
+  return 0;
+}
+
+/* One step (betas 0.9 / 0.999, eps 1e-8): graft's UPDATE kernel's formula
+ * and order of operations, the bias corrections in double. */
+static inline void bench_adam_step(bench_adam *a, float lr) {
+  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  a->t++;
+  const float c1 = (float)(1.0 - pow(0.9, (double)a->t));
+  const float c2s = (float)sqrt(1.0 - pow(0.999, (double)a->t));
+  const float step = lr / c1;
+  float *restrict w = a->w, *restrict m = a->m, *restrict v = a->v;
+  const float *restrict g = a->g;
+  for (int64_t i = 0; i < a->n; i++) {
+    float mn = b1 * m[i] + (1.0f - b1) * g[i];
+    float vn = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    float denom = sqrtf(vn) / c2s + eps;
+    m[i] = mn;
+    v[i] = vn;
+    w[i] = w[i] - step * (mn / denom);
+  }
 }
 
 /* ---- the run header ----------------------------------------------------- */
@@ -424,6 +531,22 @@ static inline int bench_report(graft_status s, const char *what, const graft_fun
   return -1;
 }
 
+/* A runtime of the options ro; desc (may be NULL) receives
+ * graft_runtime_describe.  0, or -1 after a message. */
+static inline int bench_runtime_create_opts(const graft_runtime_opts *ro, graft_runtime **rt,
+                                            char *desc, size_t desc_len) {
+  char err[512] = "";
+  graft_status st = graft_runtime_create_ex(ro, rt, err, sizeof err);
+  if (st != GRAFT_OK) {
+    fprintf(stderr, BENCH_PROG ": graft_runtime_create (%s, %d threads) failed: %s (%s): %s\n",
+            ro->sched ? ro->sched : "default", ro->num_threads, graft_status_name(st),
+            graft_status_str(st), err);
+    return -1;
+  }
+  if (desc) graft_runtime_describe(*rt, desc, desc_len);
+  return 0;
+}
+
 /* A runtime with the scheduler sched on threads threads; grain 0 keeps the
  * default, trace_path NULL writes no trace; desc (may be NULL) receives
  * graft_runtime_describe.  0, or -1 after a message. */
@@ -436,15 +559,7 @@ static inline int bench_runtime_create(const char *sched, int threads, int64_t g
   ro.sched = sched;
   ro.trace_path = trace_path;
   if (grain > 0) ro.grain = grain;
-  char err[512] = "";
-  graft_status st = graft_runtime_create_ex(&ro, rt, err, sizeof err);
-  if (st != GRAFT_OK) {
-    fprintf(stderr, BENCH_PROG ": graft_runtime_create (%s, %d threads) failed: %s (%s): %s\n",
-            sched, threads, graft_status_name(st), graft_status_str(st), err);
-    return -1;
-  }
-  if (desc) graft_runtime_describe(*rt, desc, desc_len);
-  return 0;
+  return bench_runtime_create_opts(&ro, rt, desc, desc_len);
 }
 
 /* A function on rt; 0, or -1 after a message. */

@@ -104,10 +104,8 @@ static graft_status trace_forward(graft_trace *t, int n_in, graft_value *const *
 /* Adam: the optimizer module over the model's six variables, and the
  * plain-C loop's own copy of the state. */
 typedef struct adam_c {
-  int64_t n;                 /* parameters */
-  float *w, *g, *m, *v;      /* the loop's state */
+  bench_adam a;              /* the loop's state */
   float *src, *dst;          /* stream_copy: 3.5 floats per parameter */
-  int64_t t;
 } adam_c;
 
 static graft_module *g_adam; /* the optimizer of the model's variables */
@@ -152,41 +150,17 @@ static graft_status trace_adam_update(graft_trace *t, int n_in, graft_value *con
   return st;
 }
 
-/* One Adam step over all parameters in plain C (the kernel's formula and
- * order of operations, bias corrections in double). */
-static void adam_c_step(adam_c *a) {
-  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, lr = (float)ADAM_LR;
-  a->t++;
-  const float c1 = (float)(1.0 - pow(0.9, (double)a->t));
-  const float c2s = (float)sqrt(1.0 - pow(0.999, (double)a->t));
-  const float step = lr / c1;
-  float *restrict w = a->w, *restrict m = a->m, *restrict v = a->v;
-  const float *restrict g = a->g;
-  for (int64_t i = 0; i < a->n; i++) {
-    float mn = b1 * m[i] + (1.0f - b1) * g[i];
-    float vn = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    float denom = sqrtf(vn) / c2s + eps;
-    m[i] = mn;
-    v[i] = vn;
-    w[i] = w[i] - step * (mn / denom);
-  }
-}
-
 static adam_c g_adam_c;
 static graft_tensor *g_grads[N_VARS]; /* adam_update's inputs */
 
 static int adam_create(model *m) {
   adam_c *a = &g_adam_c;
-  for (int i = 0; i < N_VARS; i++) a->n += var_count(i);
-  a->w = bench_alloc_f32(a->n), a->g = bench_alloc_f32(a->n);
-  a->m = bench_alloc_f32(a->n), a->v = bench_alloc_f32(a->n);
-  a->src = bench_alloc_f32(a->n * 7 / 2 + 1), a->dst = bench_alloc_f32(a->n * 7 / 2 + 1);
-  if (!a->w || !a->g || !a->m || !a->v || !a->src || !a->dst) return bench_oom();
-  bench_fill_f32(a->w, a->n, 31, 0.05f);
-  bench_fill_f32(a->g, a->n, 32, 0.01f);
-  memset(a->m, 0, (size_t)a->n * sizeof *a->m);
-  memset(a->v, 0, (size_t)a->n * sizeof *a->v);
-  bench_fill_f32(a->src, a->n * 7 / 2 + 1, 33, 1.0f);
+  int64_t n = 0;
+  for (int i = 0; i < N_VARS; i++) n += var_count(i);
+  if (bench_adam_init(&a->a, n)) return -1;
+  a->src = bench_alloc_f32(n * 7 / 2 + 1), a->dst = bench_alloc_f32(n * 7 / 2 + 1);
+  if (!a->src || !a->dst) return bench_oom();
+  bench_fill_f32(a->src, n * 7 / 2 + 1, 33, 1.0f);
   graft_optimizer_desc d = {.kind = GRAFT_OPT_ADAM, .lr = ADAM_LR};
   if (bench_report(graft_optimizer_create(NULL, "adam", &d, N_VARS, m->var, &g_adam),
                    "graft_optimizer_create", NULL))
@@ -204,7 +178,8 @@ static int adam_create(model *m) {
 
 static void adam_destroy(void) {
   adam_c *a = &g_adam_c;
-  free(a->w), free(a->g), free(a->m), free(a->v), free(a->src), free(a->dst);
+  bench_adam_free(&a->a);
+  free(a->src), free(a->dst);
   for (int i = 0; i < N_VARS; i++) graft_tensor_destroy(g_grads[i]);
   graft_module_destroy(g_adam);
 }
@@ -613,10 +588,10 @@ static int call_config(config *cf, run_state *s, int timed) {
     return bench_report(graft_function_call(cf->f, N_VARS, g_grads, 1, &s->m->tloss),
                         "graft_function_call", cf->f);
   case C_ADAM_C:
-    adam_c_step(&g_adam_c);
+    bench_adam_step(&g_adam_c.a, (float)ADAM_LR);
     return 0;
   case C_COPY:
-    memcpy(g_adam_c.dst, g_adam_c.src, (size_t)(g_adam_c.n * 7 / 2) * sizeof(float));
+    memcpy(g_adam_c.dst, g_adam_c.src, (size_t)(g_adam_c.a.n * 7 / 2) * sizeof(float));
     return 0;
   case C_GEMM: {
     int par = gemm_run(&GEMMS[cf->gemm], cf->gv);

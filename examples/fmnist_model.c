@@ -105,8 +105,7 @@ static graft_value *conv_block(graft_trace *t, graft_value *x, graft_value *w, g
   return graft_relu(t, graft_add(t, h, graft_reshape(t, b, 3, bias_shape)));
 }
 
-/* The logits of x [B, 784]; p[] receives the reads of the parameters. */
-static graft_value *forward(graft_trace *t, fm_model *m, graft_value *x, graft_value **p) {
+graft_value *fm_forward(graft_trace *t, fm_model *m, graft_value *x, graft_value **p) {
   for (int i = 0; i < m->n_params; i++) p[i] = graft_read(t, m->params[i]);
   if (m->arch == FM_MLP) {
     graft_value *h = x;
@@ -132,7 +131,7 @@ static graft_status step_trace(graft_trace *t, int n_in, graft_value *const *in,
   (void)n_out;
   fm_model *m = user;
   graft_value *p[FM_MAX_PARAMS], *g[FM_MAX_PARAMS];
-  graft_value *logits = forward(t, m, in[0], p);
+  graft_value *logits = fm_forward(t, m, in[0], p);
   graft_value *loss = graft_softmax_cross_entropy(t, logits, in[1]);
   graft_status s = graft_gradients(t, 1, &loss, NULL, m->n_params, p, GRAFT_UNCONNECTED_ZERO, g);
   if (s) return s;
@@ -149,7 +148,7 @@ static graft_status eval_trace(graft_trace *t, int n_in, graft_value *const *in,
   (void)n_in;
   (void)n_out;
   graft_value *p[FM_MAX_PARAMS];
-  graft_value *logits = forward(t, user, in[0], p);
+  graft_value *logits = fm_forward(t, user, in[0], p);
   out[0] = graft_softmax_cross_entropy(t, logits, in[1]);
   out[1] = logits;
   return GRAFT_OK;
@@ -160,13 +159,13 @@ static const graft_dtype SIG_DTYPES[2] = {GRAFT_F32, GRAFT_I32};
 static const int SIG_RANKS[2] = {2, 1};
 static const int64_t SIG_X[2] = {-1, FM_PIXELS}, SIG_LABELS[1] = {-1};
 static const int64_t *const SIG_SHAPES[2] = {SIG_X, SIG_LABELS};
-static const graft_signature SIGNATURE = {
+const graft_signature fm_signature = {
     .n = 2, .dtypes = SIG_DTYPES, .ranks = SIG_RANKS, .shapes = SIG_SHAPES};
 
 static int function_create(graft_runtime *rt, fm_model *m, const char *name, graft_trace_fn fn,
                            graft_function **out, char *err, size_t errlen) {
   graft_function_desc d = {
-      .name = name, .trace = fn, .user = m, .n_inputs = 2, .n_outputs = 2, .signature = &SIGNATURE};
+      .name = name, .trace = fn, .user = m, .n_inputs = 2, .n_outputs = 2, .signature = &fm_signature};
   graft_status s = graft_function_create(rt, &d, out);
   return s ? fm_fail(s, "graft_function_create", err, errlen) : 0;
 }

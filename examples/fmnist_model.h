@@ -71,6 +71,14 @@ double fm_default_lr(graft_optimizer_kind k);
 int fm_model_create(graft_runtime *rt, const fm_config *cfg, fm_model *m, char *err, size_t errlen);
 void fm_model_destroy(fm_model *m);
 
+/* The signature of step and eval: x [-1, 784] f32, labels [-1] i32. */
+extern const graft_signature fm_signature;
+
+/* Inside a trace: the logits [B, 10] of x [B, 784] (the network alone);
+ * p[] receives the reads of m's n_params parameters, in their order (for
+ * graft_gradients).  bench_small_step traces its own update after it. */
+graft_value *fm_forward(graft_trace *t, fm_model *m, graft_value *x, graft_value **p);
+
 /* A training-step function of m on rt (one more than m->step: the demo's
  * Chrome trace runs one step on a runtime that writes a trace). */
 int fm_step_function(graft_runtime *rt, fm_model *m, graft_function **out, char *err,
