@@ -230,9 +230,27 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
     const T *as_ = (const T *)k->in[0]->data;                              \
     const T *bs_ = (const T *)k->in[1]->data;                              \
     T *ys_ = (T *)k->out->data;                                            \
-    if (k->in[0]->numel == k->out->numel && k->in[1]->numel == k->out->numel) { \
+    const int64_t na_ = k->in[0]->numel, nb_ = k->in[1]->numel, no_ = k->out->numel; \
+    if (na_ == no_ && nb_ == no_) {                                        \
       for (int64_t i_ = begin; i_ < end; i_++) {                           \
         T a = as_[i_], b = bs_[i_];                                        \
+        ys_[i_] = (EXPR);                                                  \
+      }                                                                    \
+      return;                                                              \
+    }                                                                      \
+    /* a scalar operand (a hyperparameter, a loss scale): no plan either */ \
+    if (na_ == no_ && nb_ == 1) {                                          \
+      const T b = bs_[0];                                                  \
+      for (int64_t i_ = begin; i_ < end; i_++) {                           \
+        T a = as_[i_];                                                     \
+        ys_[i_] = (EXPR);                                                  \
+      }                                                                    \
+      return;                                                              \
+    }                                                                      \
+    if (na_ == 1 && nb_ == no_) {                                          \
+      const T a = as_[0];                                                  \
+      for (int64_t i_ = begin; i_ < end; i_++) {                           \
+        T b = bs_[i_];                                                     \
         ys_[i_] = (EXPR);                                                  \
       }                                                                    \
       return;                                                              \
