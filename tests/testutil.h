@@ -79,6 +79,18 @@ static inline double tu_get(const graft_tensor *t, int64_t i) {
   }                                                                               \
   _Static_assert(1, "TU_SUPPRESS_GOMP_TASK_LEAK")
 
+/* A runtime made from o; fails the test with the runtime's message
+ * otherwise. */
+static inline graft_runtime *tu_runtime_from(const graft_runtime_opts *o) {
+  graft_runtime *rt = NULL;
+  char msg[512] = "";
+  graft_status st = graft_runtime_create_ex(o, &rt, msg, sizeof msg);
+  if (st)
+    fail_msg("runtime %s x%d: %s: %s", o->sched ? o->sched : "(default)", o->num_threads,
+             graft_status_name(st), msg);
+  return rt;
+}
+
 /* A runtime with the scheduler sched ("seq", "ws", "omp"), threads threads
  * and tile grain grain (0: the default); fails the test with the runtime's message otherwise. */
 static inline graft_runtime *tu_runtime_of(const char *sched, int threads, int64_t grain) {
@@ -87,11 +99,7 @@ static inline graft_runtime *tu_runtime_of(const char *sched, int threads, int64
   o.num_threads = threads;
   o.sched = sched;
   o.grain = grain;
-  graft_runtime *rt = NULL;
-  char msg[512] = "";
-  graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
-  if (st) fail_msg("runtime %s x%d: %s: %s", sched, threads, graft_status_name(st), msg);
-  return rt;
+  return tu_runtime_from(&o);
 }
 
 /* The runtime shared by a test file: 1 thread, sequential (deterministic). */

@@ -1,5 +1,7 @@
 /* The `trace` fuzz target: one input is one traced function, called under
- * the seq and the ws scheduler with the same inputs.
+ * the seq and the ws scheduler with the same inputs, one of the two with
+ * elementwise fusion on and the other with it off (GRAFT_FUSION), so the
+ * comparison also holds fused plans to the bits of unfused ones.
  *
  * Input layout: a header (below), then the op stream of trace_gen.c.
  *   flags      bit 0 a declared signature, 1 a second call, 2 handles of a
@@ -14,7 +16,9 @@
  *                                bytes that follow)
  *   data_seed data_mode          input and variable data; data_mode bit 2
  *                                also sets variable 0 between the calls
- *                                (bit 3: from a tensor of a wrong shape)
+ *                                (bit 3: from a tensor of a wrong shape);
+ *                                bit 4: seq fuses and ws does not (else
+ *                                ws fuses and seq does not)
  *   per input   dtype (low 2 bits; bits 2-3: created, wrapped, wrapped
  *               misaligned), rank (mod 10), dims, signature dtype and dim
  *               modes, dims for the second call
@@ -23,8 +27,10 @@
  *               shape, of a wrong shape, of a wrong dtype)
  *
  * Findings (fz_die): a status outside graft_status or GRAFT_EINTERNAL; seq
- * and ws disagreeing on a status (unless the budget refused memory to one
- * of them) or on any output or variable bit; a failed call that changed a
+ * and ws (one fused, one not) disagreeing on a status (unless the budget
+ * refused memory to one of them) or on any output or variable bit; plan
+ * stats counting a fused group of fewer than two ops, or any on the
+ * unfused side; a failed call that changed a
  * variable or a caller's output tensor, allocated into out[], or left no
  * message; a call that changed an input; whatever the sanitizers report.
  */
@@ -262,8 +268,8 @@ static void log_tensor(const char *what, int i, const tensor_spec *t, int is_inp
 
 static void log_header(const header *h) {
   const graft_runtime_opts *o = &h->opts;
-  fprintf(stderr, "  flags 0x%02x, %d inputs, %d variables, %d outputs\n", h->flags, h->n_in,
-          h->n_vars, h->n_out);
+  fprintf(stderr, "  flags 0x%02x, %d inputs, %d variables, %d outputs, fused: %s\n", h->flags,
+          h->n_in, h->n_vars, h->n_out, h->data_mode & 16 ? "seq" : "ws");
   fprintf(stderr, "  runtime: threads %d grain %lld memory %s partition %s topology %s bind %d trace %s\n",
           o->num_threads, (long long)o->grain, o->memory ? o->memory : "-",
           o->partition ? o->partition : "-", o->topology ? o->topology : "-", o->bind,
@@ -300,18 +306,20 @@ typedef struct rt_entry {
 static rt_entry rt_cache[16];
 static uint64_t exec_count;
 
-static void opts_key(char *buf, size_t len, const graft_runtime_opts *o, const char *sched) {
-  snprintf(buf, len, "%s|%d|%lld|%s|%s|%s|%d|%s", sched, o->num_threads, (long long)o->grain,
-           o->memory ? o->memory : "-", o->partition ? o->partition : "-",
+static void opts_key(char *buf, size_t len, const graft_runtime_opts *o, const char *sched,
+                     const char *fusion) {
+  snprintf(buf, len, "%s|%s|%d|%lld|%s|%s|%s|%d|%s", sched, fusion, o->num_threads,
+           (long long)o->grain, o->memory ? o->memory : "-", o->partition ? o->partition : "-",
            o->topology ? o->topology : "-", o->bind, o->trace_path ? o->trace_path : "-");
 }
 
-/* The runtime for opts under sched, made or from the cache; NULL with the
- * status and message of the failure otherwise. */
+/* The runtime for opts under sched with fusion "on" or "off", made or
+ * from the cache; NULL with the status and message of the failure
+ * otherwise. */
 static graft_runtime *runtime_get(const graft_runtime_opts *opts, const char *sched,
-                                  graft_status *st, char *msg, size_t len) {
+                                  const char *fusion, graft_status *st, char *msg, size_t len) {
   char key[512];
-  opts_key(key, sizeof key, opts, sched);
+  opts_key(key, sizeof key, opts, sched, fusion);
   rt_entry *victim = NULL;
   for (size_t i = 0; i < COUNT(rt_cache); i++) {
     rt_entry *e = &rt_cache[i];
@@ -324,6 +332,7 @@ static graft_runtime *runtime_get(const graft_runtime_opts *opts, const char *sc
   }
   graft_runtime_opts o = *opts;
   o.sched = sched;
+  o.fusion = fusion;
   graft_runtime *rt = NULL;
   msg[0] = 0;
   *st = graft_runtime_create_ex(&o, &rt, msg, len);
@@ -421,6 +430,7 @@ static void check_input_kept(const input *in, int i, const char *who) {
 
 typedef struct side {
   const char *name;
+  int fused;       /* its runtime fuses elementwise groups */
   graft_runtime *rt;
   fz_trace_prog prog;
   graft_function *f;
@@ -626,6 +636,11 @@ static void check_stats(side *s) {
     fz_die("graft_function_stats: nodes %lld, live %lld, tiles %lld, arena %lld, naive %lld",
            (long long)st.nodes, (long long)st.live_nodes, (long long)st.tiles,
            (long long)st.arena_bytes, (long long)st.naive_bytes);
+  /* A group holds two ops at least; an unfused plan has none. */
+  if (rc == GRAFT_OK && (st.fused_groups < 0 || st.fused_ops < 2 * st.fused_groups ||
+                         st.fused_dropped < 0 || (!s->fused && st.fused_ops + st.fused_dropped)))
+    fz_die("graft_function_stats on %s: %lld fused groups of %lld ops, %lld values dropped",
+           s->name, (long long)st.fused_groups, (long long)st.fused_ops, (long long)st.fused_dropped);
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
@@ -823,11 +838,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   decode_header(&r, &h);
   exec_count++;
 
-  side s[2] = {{.name = "seq"}, {.name = "ws"}};
+  /* One side fused, the other not: equal bits then also mean fused plans
+   * compute what unfused ones do. */
+  const int seq_fused = (h.data_mode & 16) != 0;
+  side s[2] = {{.name = seq_fused ? "seq (fused)" : "seq (unfused)", .fused = seq_fused},
+               {.name = seq_fused ? "ws (unfused)" : "ws (fused)", .fused = !seq_fused}};
   char msg[2][512];
   graft_status rst[2];
-  s[0].rt = runtime_get(&h.opts, "seq", &rst[0], msg[0], sizeof msg[0]);
-  s[1].rt = runtime_get(&h.opts, "ws", &rst[1], msg[1], sizeof msg[1]);
+  s[0].rt = runtime_get(&h.opts, "seq", seq_fused ? "on" : "off", &rst[0], msg[0], sizeof msg[0]);
+  s[1].rt = runtime_get(&h.opts, "ws", seq_fused ? "off" : "on", &rst[1], msg[1], sizeof msg[1]);
   if (rst[0] != rst[1])
     fz_die("graft_runtime_create: seq %s (%s), ws %s (%s)", graft_status_name(rst[0]), msg[0],
            graft_status_name(rst[1]), msg[1]);
