@@ -125,6 +125,8 @@ typedef struct graft__fused {
   int cost;                    /* the members' cost column, summed */
   char name[GRAFT__FUSED_NAME]; /* "fused:mul+add+relu" (traces, DOT) */
   graft__fused_member m[GRAFT__FUSED_MAX_MEMBERS];
+  graft__node root;            /* the root as traced (the plan's copy of the
+                                  graph gives it the group's inputs) */
 } graft__fused;
 
 /* BLAS setup: make OpenBLAS single-threaded inside tasks where that is safe

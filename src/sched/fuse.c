@@ -238,47 +238,95 @@ static graft_status readers(fuse_ctx *c) {
   return GRAFT_OK;
 }
 
-/* p's own copy of the graph: the chunks holding a root copied, each root
- * given its group's inputs and program. */
-static graft_status copy_graph(graft__plan *p, const uint32_t *roots, const int *n_ext,
-                               const uint32_t *ext_off, int n_groups) {
-  const graft__graph *g = p->g;
-  size_t nc = (size_t)(g->n_chunks ? g->n_chunks : 1);
-  graft__graph *fg = graft__malloc(sizeof *fg);
-  graft__node **chunks = graft__malloc(nc * sizeof *chunks);
-  p->fg_own = graft__calloc(nc, 1);
-  if (!fg || !chunks || !p->fg_own) {
-    graft__free(fg);
-    graft__free(chunks);
-    return GRAFT_ENOMEM;
-  }
-  *fg = *g;
-  memcpy(chunks, g->chunks, (size_t)g->n_chunks * sizeof *chunks);
-  fg->chunks = chunks;
-  fg->cap_chunks = g->n_chunks;
-  p->fg = fg; /* plan destroy frees what it owns from here on */
-  for (int k = 0; k < n_groups; k++) {
-    uint32_t ch = roots[k] >> GRAFT__CHUNK_BITS;
-    if (!p->fg_own[ch]) {
-      graft__node *copy = graft__aligned_alloc(GRAFT__CHUNK * sizeof *copy, GRAFT__ALIGN);
-      if (!copy) return GRAFT_ENOMEM;
-      memcpy(copy, g->chunks[ch], GRAFT__CHUNK * sizeof *copy);
-      p->fg->chunks[ch] = copy;
-      p->fg_own[ch] = 1;
+/* Node id of p's own copy of the graph, made writable: the copy (sharing
+ * the traced graph's chunks) is made at the first write, and a chunk is
+ * copied at the first write to one of its nodes. */
+static graft__node *writable(graft__plan *p, uint32_t id) {
+  const graft__graph *g = p->fg ? p->fg : p->g;
+  if (!p->fg) {
+    size_t nc = (size_t)(g->n_chunks ? g->n_chunks : 1);
+    graft__graph *fg = graft__malloc(sizeof *fg);
+    graft__node **chunks = graft__malloc(nc * sizeof *chunks);
+    p->fg_own = graft__calloc(nc, 1);
+    if (!fg || !chunks || !p->fg_own) {
+      graft__free(fg);
+      graft__free(chunks);
+      return NULL;
     }
-    graft__node *r = graft__graph_node(p->fg, roots[k]);
-    r->n_in = n_ext[k];
-    r->in = p->fused_in + ext_off[k];
-    r->fused = &p->fused[k];
+    *fg = *g;
+    memcpy(chunks, g->chunks, (size_t)g->n_chunks * sizeof *chunks);
+    fg->chunks = chunks;
+    fg->cap_chunks = g->n_chunks;
+    fg->arena = (graft__arena){0}; /* the copy's own: new input lists */
+    p->fg = fg; /* plan destroy frees what it owns from here on */
+    p->g = fg;
   }
-  p->g = p->fg;
+  uint32_t ch = id >> GRAFT__CHUNK_BITS;
+  if (!p->fg_own[ch]) {
+    graft__node *copy = graft__aligned_alloc(GRAFT__CHUNK * sizeof *copy, GRAFT__ALIGN);
+    if (!copy) return NULL;
+    memcpy(copy, p->fg->chunks[ch], GRAFT__CHUNK * sizeof *copy);
+    p->fg->chunks[ch] = copy;
+    p->fg_own[ch] = 1;
+  }
+  return graft__graph_node(p->fg, id);
+}
+
+/* Readers of a value that an assign also stores read the assign instead:
+ * the same bits (an assign of a value of the variable's dtype and shape is
+ * a copy), and the value then has one reader, so it can join the assign's
+ * group rather than be stored or recomputed.  Adam written as ops: the new
+ * m and v are written by their assigns' groups, and the weight's group
+ * reads them back, one pass each, as the optimizer kernel does.  (An
+ * assign's readers follow it; one that also reads the variable's old
+ * value keeps the assign staged, as any such reader does.) */
+static graft_status read_through_assigns(fuse_ctx *c) {
+  graft__plan *p = c->p;
+  const uint32_t n = c->g->n_nodes;
+  for (uint32_t a = 0; a < n; a++) {
+    const graft__node *an = graft__graph_node(p->g, a);
+    if (!p->live[a] || an->op != GRAFT__OP_ASSIGN || an->n_in != 1) continue;
+    uint32_t u = an->in[0];
+    const graft__tview *uv = graft__plan_view(p, u), *av = graft__plan_view(p, a);
+    /* (a scalar, a step count, gains nothing, and its readers' descendants
+     * become the assign's, which may keep it staged) */
+    if (!member_op(graft__graph_node(p->g, u)) || uv->numel < 2 || uv->dtype != av->dtype || uv->rank != av->rank ||
+        uv->numel != av->numel || memcmp(uv->shape, av->shape, (size_t)uv->rank * sizeof *uv->shape))
+      continue;
+    for (uint32_t e = c->cons_off[u]; e < c->cons_off[u + 1]; e++) {
+      uint32_t r = c->cons[e];
+      const graft__node *rn = graft__graph_node(p->g, r);
+      /* only readers that may then fuse with the assign's group */
+      if (r == a || !member_op(rn)) continue;
+      /* a reader of the variable's old value would keep the assign staged */
+      int old = 0;
+      for (int j = 0; j < rn->n_in && !old; j++) {
+        const graft__node *x = graft__graph_node(p->g, rn->in[j]);
+        old = x->op == GRAFT__OP_VAR_READ && x->attr.var.var == an->attr.var.var;
+      }
+      if (old) continue;
+      graft__node *w = writable(p, r);
+      uint32_t *in = w ? graft__arena_alloc(&p->fg->arena, (size_t)w->n_in * sizeof *in) : NULL;
+      if (!in) return GRAFT_ENOMEM;
+      for (int j = 0; j < w->n_in; j++) in[j] = w->in[j] == u ? a : w->in[j];
+      w->in = in;
+    }
+  }
   return GRAFT_OK;
 }
 
 graft_status graft__plan_fuse(graft__plan *p) {
-  const graft__graph *g = p->g;
+  fuse_ctx c = {.p = p, .g = p->g};
+  if (readers(&c) || read_through_assigns(&c)) {
+    graft__free(c.cons_off);
+    graft__free(c.cons);
+    return GRAFT_ENOMEM;
+  }
+  graft__free(c.cons_off);
+  graft__free(c.cons);
+  c.cons_off = c.cons = NULL;
+  const graft__graph *g = c.g = p->g; /* with the readers redirected */
   uint32_t n = g->n_nodes;
-  fuse_ctx c = {.p = p, .g = g};
   uint32_t *roots = NULL, *ext_all = NULL, *ext_off = NULL;
   int *n_ext = NULL;
   int n_groups = 0;
@@ -325,12 +373,23 @@ graft_status graft__plan_fuse(graft__plan *p) {
   }
   p->stats.fused_groups = n_groups;
   st = GRAFT_OK;
-  if (n_groups) {
-    p->fused = progs;
-    p->fused_in = ext_all;
-    progs = NULL;
-    ext_all = NULL;
-    st = copy_graph(p, roots, n_ext, ext_off, n_groups);
+  p->fused = progs;
+  p->fused_in = ext_all;
+  progs = NULL;
+  ext_all = NULL;
+  for (int k = 0; k < n_groups && !st; k++) {
+    graft__fused *f = &p->fused[k];
+    /* the root runs as traced: its own copy, before it takes the group's inputs */
+    f->root = *graft__graph_node(g, roots[k]);
+    f->m[f->n_members - 1].node = &f->root;
+    graft__node *r = writable(p, roots[k]);
+    if (!r) {
+      st = GRAFT_ENOMEM;
+      break;
+    }
+    r->n_in = n_ext[k];
+    r->in = p->fused_in + ext_off[k];
+    r->fused = f;
   }
 out:
   graft__free(c.cons_off);

@@ -43,6 +43,7 @@ void graft__plan_destroy(graft__plan *p) {
     for (int64_t c = 0; c < p->fg->n_chunks; c++)
       if (p->fg_own[c]) graft__free(p->fg->chunks[c]);
     graft__free(p->fg->chunks);
+    graft__arena_free(&p->fg->arena);
     graft__free(p->fg);
   }
   graft__free(p->fg_own);
