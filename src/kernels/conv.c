@@ -1,11 +1,12 @@
 /* graft kernels: conv2d and its two gradients (im2col / col2im of one
- * image into the tile's scratch, and one CBLAS gemm per image and group),
- * im2col / col2im as ops of their own (avg_pool2d), and max pooling (f32,
- * f64).
+ * image into the tile's scratch, and one CBLAS gemm per image and group;
+ * 3x3 kernels at unit stride with enough channels run as Winograd
+ * F(2x2, 3x3) instead, kernels/winograd.c), im2col / col2im as ops of
+ * their own (avg_pool2d), and max pooling (f32, f64).
  *
  * Units are output elements for im2col, col2im and the pools, images x
- * groups (or groups) for conv2d's kernels (see below), image planes for
- * the max-pool gradient; every unit is computed the same way whatever
+ * groups (or groups; chunks of images x groups on the Winograd path) for
+ * conv2d's kernels (see below), image planes for the max-pool gradient; every unit is computed the same way whatever
  * range holds it: im2col copies, col2im sums an element's window
  * contributions in (kh, kw) order, a gemm call has a fixed shape, the
  * pools look at one window (or one element's windows) in a fixed order.
@@ -22,11 +23,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/conv_geom.h"
 #include "kernels/kernels_int.h"
 
-typedef struct conv_geom {
-  int64_t N, C, H, W, G, Cg, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, OHW, R, S; /* S = N * OHW */
-} conv_geom;
+typedef graft__conv_geom conv_geom; /* S = N * OHW */
 
 /* The geometry of node k over an image of shape x (N, C, H, W). */
 static graft_status geom_of(const graft__kargs *k, const int64_t *x, conv_geom *g) {
@@ -256,6 +256,8 @@ graft_status graft__k_COL2IM(const graft__kargs *k, int64_t begin, int64_t end) 
 
 /* ---- conv2d and its two gradients: one gemm per image and group ----------
  *
+ * (Unless graft__wino_applies: then kernels/winograd.c, with units of its
+ * own, computes the same three products.)
  * With W_g the weight rows of group g ([O/G, R]), c_ng = im2col of image n
  * over group g's channels ([R, OH*OW]) and y_ng the group's output channels
  * of image n ([O/G, OH*OW] of NCHW y):
@@ -298,6 +300,19 @@ static graft_status conv_setup(const graft__kargs *k, int64_t begin, int64_t end
   return graft__kernel_check_units(k, begin, end, graft__conv_units(k));
 }
 
+/* The weight of a CONV2D* node (its output for CONV2D_W). */
+static const graft__tview *weight_of(const graft__kargs *k) {
+  const int op = k->node->op;
+  return op == GRAFT__OP_CONV2D ? k->in[1] : op == GRAFT__OP_CONV2D_X ? k->in[0] : k->out;
+}
+
+/* Whether node k's product over sweep g runs as Winograd F(2x2, 3x3)
+ * (kernels/winograd.c). */
+static int wino(const graft__kargs *k, const conv_geom *g) {
+  const graft__tview *w = weight_of(k);
+  return w->rank == 4 && graft__wino_applies(g, w->shape[0]);
+}
+
 int64_t graft__conv_units(const graft__kargs *k) {
   const graft__node *n = k->node;
   const graft__tview *x = n->op == GRAFT__OP_CONV2D_X ? k->out
@@ -306,6 +321,11 @@ int64_t graft__conv_units(const graft__kargs *k) {
   if (n->op == GRAFT__OP_MAX_POOL2D_GRAD) /* image planes */
     return graft__size_mul_sat(x->shape[0], x->shape[1]);
   if (n->op == GRAFT__OP_CONV2D_W) return n->attr.conv.groups;
+  conv_geom g;
+  if (geom_of(k, x->shape, &g) == GRAFT_OK && wino(k, &g)) { /* chunks of images x groups */
+    const int64_t nb = graft__wino_chunk(&g, n->op);
+    return graft__size_mul_sat((g.N + nb - 1) / nb, g.G);
+  }
   return graft__size_mul_sat(x->shape[0], n->attr.conv.groups);
 }
 
@@ -315,9 +335,11 @@ int64_t graft__conv_scratch(const graft__kargs *k) {
   const graft__tview *x = op == GRAFT__OP_CONV2D_X ? k->out : k->in[op == GRAFT__OP_CONV2D_W];
   conv_geom g;
   if (x->rank != 4 || geom_of(k, x->shape, &g) != GRAFT_OK) return 0;
-  /* doubles for one c_ng of x's dtype */
-  return graft__size_mul_sat(graft__size_mul_sat(g.R, g.OHW), (int64_t)graft_dtype_size(x->dtype)) /
-             (int64_t)sizeof(double) + 1;
+  /* elements of x's dtype: the Winograd kernel's parts, or one c_ng */
+  const int64_t n = wino(k, &g) ? graft__wino_scratch(&g, op, weight_of(k)->shape[0])
+                                : graft__size_mul_sat(g.R, g.OHW);
+  return graft__size_mul_sat(n, (int64_t)graft_dtype_size(x->dtype)) / (int64_t)sizeof(double) +
+         1;
 }
 
 #define DEF_CONV(NAME, T, GEMM, IM2COL, COL2IM)                                                \
@@ -373,7 +395,13 @@ graft_status graft__conv_run_scratch(const graft__kargs *k, int64_t begin, int64
   const graft__tview *x = NULL, *w = NULL, *y = NULL;
   graft_status st = conv_setup(k, begin, end, &g, &x, &w, &y);
   if (st != GRAFT_OK || begin >= end) return st;
-  if (x->dtype == GRAFT_F32)
+  const int f32 = x->dtype == GRAFT_F32;
+  if (wino(k, &g) && f32)
+    graft__wino_f32(k->node->op, &g, w->shape[0], x->data, w->data, y->data, begin, end,
+                    (float *)scratch);
+  else if (wino(k, &g))
+    graft__wino_f64(k->node->op, &g, w->shape[0], x->data, w->data, y->data, begin, end, scratch);
+  else if (f32)
     conv_f32(k, &g, x->data, w->data, y->data, begin, end, (float *)scratch);
   else
     conv_f64(k, &g, x->data, w->data, y->data, begin, end, scratch);
@@ -562,7 +590,8 @@ static graft_status pool_setup(const graft__kargs *k, int64_t begin, int64_t end
   const graft__node *n = k->node;
   const int grad = n->op == GRAFT__OP_MAX_POOL2D_GRAD;
   if (n->op != GRAFT__OP_MAX_POOL2D &&
-      (k->n_in != 2 || k->in[1]->numel != (grad ? pooled : x->numel) || k->in[1]->dtype != x->dtype))
+      (k->n_in != 2 || k->in[1]->numel != (grad ? pooled : x->numel) ||
+       k->in[1]->dtype != x->dtype))
     return graft__kernel_internal(k, "second operand does not match the image");
   st = check_out(k, 0, 0, grad ? x->numel : pooled, x);
   return st ? st : graft__kernel_check_units(k, begin, end, grad ? g->N * g->C : pooled);
