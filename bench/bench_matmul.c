@@ -9,7 +9,20 @@
  *   (b) the same GEMM as one direct cblas_sgemm / cblas_dgemm call,
  * in the same process, on the same input memory, interleaved rep by rep.
  * The BLAS library is held to one thread so both sides do the same work;
- * the ratio (a)/(b) is graft's overhead and the figure that counts.
+ * the ratio (a)/(b) is graft's overhead and the figure that counts.  Each
+ * row also gives the tiles graft cut the product into.
+ *
+ * Then (f32, unless --shape or --dtype f64 is given) 2-D GEMM tiles:
+ *   matmul_ws  the 1024^3 product on the work-stealing scheduler at 1 and
+ *              2 threads, at the default grain (4 row tiles) and at 16384
+ *              (4 x 4 tiles), against the same single direct call (at 2
+ *              threads the ideal ratio is 0.5);
+ *   split16    no timing: how a 1024-wide layer's product splits for 16
+ *              workers at the default grain and at 16384, from its plan:
+ *              its tiles, the largest tile's share of the multiply-adds,
+ *              and the most 16 workers could gain from those tiles (the
+ *              work over the longest worker's share when the tiles are
+ *              dealt largest first to the least loaded worker).
  *
  * Usage: bench_matmul [--json] [--reps N] [--dtype f32|f64] [--shape MxKxN[:TN]]...
  */
@@ -26,6 +39,8 @@
 #define BENCH_PROG "bench_matmul"
 #include "bench_common.h"
 #include "graft.h"
+#include "kernels/kernels_int.h" /* the GEMM tile mapping (split16 rows) */
+#include "sched/sched.h"         /* graft__function_plan, graft__tile_range */
 
 #define MIN_REPS 7
 #define DEFAULT_REPS 11
@@ -55,13 +70,29 @@ typedef struct options {
   int dtype_mask; /* bit 0: f32, bit 1: f64 */
   int n_shapes;
   mm_shape shapes[MAX_SHAPES];
+  int run_2d; /* the 2-D tile rows (default shapes, f32) */
 } options;
 
 typedef struct result {
   double median_us, baseline_us;
   int reps, inner;
   double max_abs_diff;
+  int64_t tiles, grain; /* graft's tiles for the product, at that grain */
 } result;
+
+/* The 2-D tile rows: a 1024-wide layer's product at a batch of 1024, at
+ * bench_mlp's batch of 256 and that layer's weight gradient, and a 2048^3
+ * product; split16 at the default grain and at 16384 (docs/guide.md: a
+ * finer grain for many cores). */
+static const mm_shape WS_SHAPE = {1024, 1024, 1024, 0};
+static const int WS_THREADS[] = {1, 2};
+static const int64_t WS_GRAINS[] = {0, 16384};
+static const mm_shape SPLIT_SHAPES[] = {{1024, 1024, 1024, 0},
+                                        {256, 1024, 1024, 0},
+                                        {1024, 256, 1024, GRAFT_TRANS_A},
+                                        {2048, 2048, 2048, 0}};
+static const int64_t SPLIT_GRAINS[] = {0, 16384};
+#define SPLIT_WORKERS 16
 
 static void print_header(const bench_info *info, const char *runtime, const options *opt) {
   const bench_kv extra[] = {{"blas", info->blas}, {"runtime", runtime}};
@@ -72,8 +103,8 @@ static void print_header(const bench_info *info, const char *runtime, const opti
   printf("# shape MxKxN = [M,K] @ [K,N] (:TN a stored transposed, :NT b); times are per call\n"
          "# in microseconds (median of reps);\n"
          "# ratio = median_us / baseline_us; gflops = 2*M*N*K / median_us (graft)\n");
-  printf("# %-6s %-5s %-18s %7s %4s %12s %12s %7s %8s\n", "name", "dtype", "shape",
-         "threads", "reps", "median_us", "baseline_us", "ratio", "gflops");
+  printf("# %-7s %-5s %-18s %7s %4s %12s %12s %7s %8s %6s %6s\n", "name", "dtype", "shape",
+         "threads", "reps", "median_us", "baseline_us", "ratio", "gflops", "grain", "tiles");
 }
 
 /* ---- one experiment ----------------------------------------------------- */
@@ -203,6 +234,10 @@ static int run_one(graft_runtime *rt, graft_dtype dt, const mm_shape *s, int rep
   /* Alternate which side goes first so neither always runs on a warm cache. */
   if (bench_timed_reps(2, reps, t, run_side, NULL, &e)) goto done;
   bench_warn_traced(e.f, "the function");
+  graft_plan_stats ps;
+  if (bench_report(graft_function_stats(e.f, &ps), "graft_function_stats", e.f)) goto done;
+  res->tiles = ps.tiles;
+  res->grain = rt->cfg.grain;
 
   res->median_us = bench_median(t, reps);
   res->baseline_us = bench_median(t + reps, reps);
@@ -222,28 +257,164 @@ done:
   return rc;
 }
 
-static void print_row(const options *opt, graft_dtype dt, const mm_shape *s, int threads,
-                      const result *r) {
-  char shape[96];
-  snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64 "x%" PRId64 "%s", s->m, s->k, s->n,
+/* "MxKxN" with its transpose suffix. */
+static const char *shape_name(const mm_shape *s, char *buf, size_t len) {
+  snprintf(buf, len, "%" PRId64 "x%" PRId64 "x%" PRId64 "%s", s->m, s->k, s->n,
            s->flags == GRAFT_TRANS_A ? ":TN" : s->flags == GRAFT_TRANS_B ? ":NT"
            : s->flags ? ":TT" : "");
+  return buf;
+}
+
+static void print_row(const options *opt, const char *name, graft_dtype dt, const mm_shape *s,
+                      int threads, const result *r) {
+  char shape[96];
+  shape_name(s, shape, sizeof shape);
   double ratio = r->baseline_us > 0.0 ? r->median_us / r->baseline_us : 0.0;
   double gflops = r->median_us > 0.0 ? 2.0 * (double)s->m * (double)s->n * (double)s->k /
                                            (r->median_us * 1e3)
                                      : 0.0;
   if (opt->json)
-    printf("{\"type\":\"row\",\"name\":\"matmul\",\"dtype\":\"%s\",\"shape\":\"%s\","
+    printf("{\"type\":\"row\",\"name\":\"%s\",\"dtype\":\"%s\",\"shape\":\"%s\","
            "\"m\":%" PRId64 ",\"k\":%" PRId64 ",\"n\":%" PRId64 ",\"threads\":%d,"
            "\"reps\":%d,\"calls_per_rep\":%d,\"median_us\":%.3f,\"baseline_us\":%.3f,"
-           "\"ratio\":%.4f,\"gflops\":%.3f,\"max_abs_diff\":%g}\n",
-           graft_dtype_name(dt), shape, s->m, s->k, s->n, threads, r->reps, r->inner,
-           r->median_us, r->baseline_us, ratio, gflops, r->max_abs_diff);
+           "\"ratio\":%.4f,\"gflops\":%.3f,\"grain\":%" PRId64 ",\"tiles\":%" PRId64 ","
+           "\"max_abs_diff\":%g}\n",
+           name, graft_dtype_name(dt), shape, s->m, s->k, s->n, threads, r->reps, r->inner,
+           r->median_us, r->baseline_us, ratio, gflops, r->grain, r->tiles, r->max_abs_diff);
   else
-    printf("%-8s %-5s %-18s %7d %4d %12.2f %12.2f %7.3f %8.2f\n", "matmul",
-           graft_dtype_name(dt), shape, threads, r->reps, r->median_us, r->baseline_us,
-           ratio, gflops);
+    printf("%-9s %-5s %-18s %7d %4d %12.2f %12.2f %7.3f %8.2f %6" PRId64 " %6" PRId64 "\n",
+           name, graft_dtype_name(dt), shape, threads, r->reps, r->median_us, r->baseline_us,
+           ratio, gflops, r->grain, r->tiles);
   fflush(stdout);
+}
+
+/* ---- 2-D tiles ------------------------------------------------------------ */
+
+typedef struct split_result {
+  int64_t tiles;
+  double max_share; /* the largest tile's share of the multiply-adds */
+  double bound;     /* work / the longest worker's share (SPLIT_WORKERS) */
+} split_result;
+
+static int cmp_desc_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Multiply-adds of tile t of a matmul's tiling tl (units: kernels_int.h). */
+static int64_t tile_macs(const graft__tiling *tl, int64_t t, int64_t M, int64_t N, int64_t K,
+                         int64_t rb) {
+  int64_t b, e, macs = 0, h = graft__mm_block(M, rb);
+  graft__tile_range(tl, t, &b, &e);
+  for (int64_t s = b / N; s * N < e; s++) {
+    int64_t i0, i1;
+    graft__mm_segment(M, rb, h, s, &i0, &i1);
+    int64_t j0 = b > s * N ? b - s * N : 0, j1 = e < (s + 1) * N ? e - s * N : N;
+    macs += (i1 - i0) * (j1 - j0) * K;
+  }
+  return macs;
+}
+
+/* The tiles of the matmul f's last call planned, dealt largest first to the
+ * least loaded of SPLIT_WORKERS workers. */
+static int split_plan(graft_function *f, const mm_shape *s, split_result *r) {
+  const graft__plan *p = graft__function_plan(f);
+  for (uint32_t i = 0; p && i < p->n_order; i++) {
+    if (p->kargs[i].node->op != GRAFT__OP_MATMUL) continue;
+    const graft__tiling *tl = &p->tiling[i];
+    int64_t *macs = malloc((size_t)tl->n * sizeof *macs), load[SPLIT_WORKERS] = {0}, total = 0;
+    if (!macs) return bench_oom();
+    for (int64_t t = 0; t < tl->n; t++) {
+      macs[t] = tile_macs(tl, t, s->m, s->n, s->k, tl->units / s->n);
+      total += macs[t];
+    }
+    qsort(macs, (size_t)tl->n, sizeof *macs, cmp_desc_i64);
+    for (int64_t t = 0; t < tl->n; t++) {
+      int w = 0;
+      for (int v = 1; v < SPLIT_WORKERS; v++) w = load[v] < load[w] ? v : w;
+      load[w] += macs[t];
+    }
+    int64_t span = 0;
+    for (int v = 0; v < SPLIT_WORKERS; v++) span = load[v] > span ? load[v] : span;
+    r->tiles = tl->n;
+    r->max_share = (double)macs[0] / (double)total;
+    r->bound = (double)total / (double)span;
+    free(macs);
+    return 0;
+  }
+  fprintf(stderr, "bench_matmul: split16: no matmul in the plan\n");
+  return -1;
+}
+
+/* One split16 row: s (f32) planned at grain (0: the default). */
+static int run_split(const options *opt, const mm_shape *s, int64_t grain) {
+  int64_t sa[2] = {s->m, s->k}, sb[2] = {s->k, s->n};
+  if (s->flags & GRAFT_TRANS_A) sa[0] = s->k, sa[1] = s->m;
+  if (s->flags & GRAFT_TRANS_B) sb[0] = s->n, sb[1] = s->k;
+  graft_runtime *rt = NULL;
+  graft_function *f = NULL;
+  graft_tensor *in[2] = {NULL, NULL}, *out[1] = {NULL};
+  split_result r = {0, 0.0, 0.0};
+  char desc[256], shape[96];
+  int rc = -1;
+  if (bench_runtime_create("seq", 1, grain, NULL, &rt, desc, sizeof desc) ||
+      bench_report(graft_tensor_create(GRAFT_F32, 2, sa, &in[0]), "graft_tensor_create(a)", NULL) ||
+      bench_report(graft_tensor_create(GRAFT_F32, 2, sb, &in[1]), "graft_tensor_create(b)", NULL) ||
+      bench_function_create(rt, "bench_matmul", trace_matmul, (void *)s, 2, 1, &f))
+    goto done;
+  fill(GRAFT_F32, graft_tensor_data(in[0]), s->m * s->k, 1);
+  fill(GRAFT_F32, graft_tensor_data(in[1]), s->k * s->n, 2);
+  if (bench_report(graft_function_call(f, 2, in, 1, out), "graft_function_call", f) ||
+      split_plan(f, s, &r))
+    goto done;
+  const int64_t g = rt->cfg.grain; /* the grain the plan was cut at */
+  shape_name(s, shape, sizeof shape);
+  if (opt->json)
+    printf("{\"type\":\"split\",\"name\":\"split16\",\"dtype\":\"f32\",\"shape\":\"%s\","
+           "\"m\":%" PRId64 ",\"k\":%" PRId64 ",\"n\":%" PRId64 ",\"grain\":%" PRId64 ","
+           "\"workers\":%d,\"tiles\":%" PRId64 ",\"max_tile_share\":%.4f,\"bound\":%.2f}\n",
+           shape, s->m, s->k, s->n, g, SPLIT_WORKERS, r.tiles, r.max_share, r.bound);
+  else
+    printf("%-9s %-5s %-18s %7" PRId64 " %7d %6" PRId64 " %9.4f %7.2f\n", "split16", "f32", shape,
+           g, SPLIT_WORKERS, r.tiles, r.max_share, r.bound);
+  fflush(stdout);
+  rc = 0;
+done:
+  graft_function_destroy(f);
+  graft_tensor_destroy(out[0]);
+  graft_tensor_destroy(in[1]);
+  graft_tensor_destroy(in[0]);
+  graft_runtime_destroy(rt);
+  return rc;
+}
+
+/* The 2-D tile rows: WS_SHAPE on ws at WS_THREADS, then the split16 rows;
+ * returns the experiments that failed. */
+static int run_2d(const options *opt) {
+  int failures = 0;
+  for (size_t g = 0; g < sizeof WS_GRAINS / sizeof WS_GRAINS[0]; g++)
+    for (size_t i = 0; i < sizeof WS_THREADS / sizeof WS_THREADS[0]; i++) {
+      graft_runtime *rt = NULL;
+      result r;
+      memset(&r, 0, sizeof r);
+      if (bench_runtime_create("ws", WS_THREADS[i], WS_GRAINS[g], NULL, &rt, NULL, 0) ||
+          run_one(rt, GRAFT_F32, &WS_SHAPE, opt->reps, &r))
+        failures++;
+      else
+        print_row(opt, "matmul_ws", GRAFT_F32, &WS_SHAPE, graft_runtime_num_threads(rt), &r);
+      graft_runtime_destroy(rt);
+    }
+  if (!opt->json)
+    printf("# split16: tiles of one product at a grain (no timing); max_tile_share = the\n"
+           "# largest tile's share of the multiply-adds; bound = the most %d workers gain\n"
+           "# from these tiles (work / longest worker's share, tiles dealt largest first)\n"
+           "# %-7s %-5s %-18s %7s %7s %6s %9s %7s\n",
+           SPLIT_WORKERS, "name", "dtype", "shape", "grain", "workers", "tiles", "max_share",
+           "bound");
+  for (size_t i = 0; i < sizeof SPLIT_SHAPES / sizeof SPLIT_SHAPES[0]; i++)
+    for (size_t g = 0; g < sizeof SPLIT_GRAINS / sizeof SPLIT_GRAINS[0]; g++)
+      failures += run_split(opt, &SPLIT_SHAPES[i], SPLIT_GRAINS[g]) != 0;
+  return failures;
 }
 
 /* ---- command line -------------------------------------------------------- */
@@ -308,6 +479,7 @@ static int parse_args(int argc, char **argv, options *opt) {
                        own_option, opt))
     return -1;
   if (opt->n_shapes == 0) {
+    opt->run_2d = opt->dtype_mask & 1;
     opt->n_shapes = (int)(sizeof DEFAULT_SHAPES / sizeof DEFAULT_SHAPES[0]);
     memcpy(opt->shapes, DEFAULT_SHAPES, sizeof DEFAULT_SHAPES);
   }
@@ -340,13 +512,14 @@ int main(int argc, char **argv) {
       result r;
       memset(&r, 0, sizeof r);
       if (run_one(rt, dtypes[d], &opt.shapes[i], opt.reps, &r) == 0)
-        print_row(&opt, dtypes[d], &opt.shapes[i], threads, &r);
+        print_row(&opt, "matmul", dtypes[d], &opt.shapes[i], threads, &r);
       else
         failures++;
     }
   }
 
   graft_runtime_destroy(rt);
+  if (opt.run_2d) failures += run_2d(&opt);
   bench_info_free(&info);
   if (failures) fprintf(stderr, "bench_matmul: %d experiment(s) failed\n", failures);
   return failures ? 1 : 0;

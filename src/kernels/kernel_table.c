@@ -42,7 +42,7 @@ _Static_assert(GRAFT__COUNT(graft__kernels) == GRAFT__OP_COUNT,
 enum units_rule {
   UNITS_NUMEL,   /* output elements */
   UNITS_NONE,    /* no kernel runs */
-  UNITS_GEMM,    /* output columns, or rows, over all batches (graft__mm_by_rows) */
+  UNITS_GEMM,    /* output columns over all batches: one row block (kernels_int.h) */
   UNITS_LANES,   /* vectors along attr.axis.axis: numel / that dim */
   UNITS_ONE,     /* one indivisible unit */
   UNITS_INPUT0,  /* input 0's elements (an optimizer step: the weight's) */
@@ -85,13 +85,8 @@ int64_t graft__kernel_units(const graft__kargs *k) {
     return graft__conv_units(k);
   case UNITS_INPUT0:
     return k->n_in > 0 ? k->in[0]->numel : 0;
-  case UNITS_GEMM: {
-    if (out->rank < 2)
-      return out->numel;
-    int64_t M = out->shape[out->rank - 2], N = out->shape[out->rank - 1];
-    int trans_a = (k->node->attr.matmul.flags & GRAFT_TRANS_A) != 0;
-    return count_over(out->numel, graft__mm_by_rows(M, N, trans_a) ? N : M);
-  }
+  case UNITS_GEMM:
+    return out->rank < 2 ? out->numel : count_over(out->numel, out->shape[out->rank - 2]);
   case UNITS_LANES: {
     int axis = k->node->attr.axis.axis;
     if (axis < 0 || axis >= out->rank)

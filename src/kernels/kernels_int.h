@@ -13,10 +13,19 @@
  * the BLAS path. */
 graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end);
 
-/* GEMM units and tiling (sched/tiles.c).  A matmul's units are its output
- * columns over all batches, or its output rows (graft__mm_by_rows).  A gemm
- * call over some columns repacks the whole op(a) (M x K); one over some rows
- * repacks the whole op(b) (K x N).  So:
+/* GEMM units and tiling (sched/tiles.c).  A matmul's units are the output
+ * columns of each row block of each batch: batches x rb x N, in that
+ * order, where the plan cuts each batch's M rows into rb blocks
+ * (graft__mm_block) and says how many by the unit count it gives the node
+ * (graft__kargs.units; graft__kernel_units counts one block).  A call over
+ * units [begin, end) is one gemm per (batch, row block) it touches, over
+ * that block's rows and the range's columns, so one list of unit ranges
+ * makes every tile shape: runs of columns (rb = 1), blocks of rows (rb > 1,
+ * one block a tile), both (rb > 1, runs of a block's columns: 2-D tiles)
+ * and whole batches.
+ *
+ * A gemm call over some columns repacks the whole op(a) (M x K); one over
+ * some rows repacks the whole op(b) (K x N).  So the 1-D split:
  *   - column tiles get at least GRAFT__MM_MIN_COLS columns;
  *   - outputs too narrow for column tiles (N < GRAFT__MM_MIN_COLS and
  *     M > N: a classifier head, a matrix-vector product) split by rows,
@@ -33,24 +42,61 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
  * Tiles of a segment are as equal as GRAFT__MM_ALIGN allows, so no ragged
  * sliver is left at a batch's end, and may come down to 3/4 of those
  * minimums where that makes one more tile (784 rows: 208 x 3 + 160, not
- * 272 x 2 + 240). */
+ * 272 x 2 + 240).
+ *
+ * That split gives at most max(M, N) / 256 tiles per batch: 4 for a 1024^3
+ * product, too few for a many-core machine.  Where rows and columns can
+ * both be cut, into tiles of at least GRAFT__MM_MIN_COLS of each and
+ * GRAFT__MM_MIN_MACS multiply-adds (both scaled by the grain: sched/
+ * tiles.c), near-square but not smaller than about GRAFT__MM_2D_TILES
+ * tiles per batch need (enough for 16 workers to balance), and that makes
+ * more tiles than the 1-D split, tiles are row blocks x column runs
+ * (2048^3: 8 x 8 of 256 x 256; 1024^3 at GRAFT_GRAIN=16384: 4 x 4).  Each
+ * such tile repacks a block of op(a) and one of op(b), and more tiles
+ * cost more at one thread however they are cut: measured with OpenBLAS
+ * 0.3.21 (Zen, 1 thread), a 1024^3 f32 product in 16 tiles of 256 x 256
+ * took 1.06-1.12x one call against 1.03-1.05x for 4 row tiles, so at the
+ * default grain it keeps its 4 (GRAFT__MM_MIN_MACS: 256 x 256 x 1024 is
+ * half of it). */
 #define GRAFT__MM_MIN_COLS 256
 #define GRAFT__MM_MIN_ROWS 64
 #define GRAFT__MM_ALIGN 16
+#define GRAFT__MM_MIN_MACS (INT64_C(1) << 27)
+#define GRAFT__MM_2D_TILES 64
 
-/* Whether the units of an M x N product (op(a) transposed: trans_a) are
- * rows (else columns). */
+/* The extent of each of nb near-equal blocks of S rows (or columns), a
+ * multiple of GRAFT__MM_ALIGN; the last block gets what is left.  Both the
+ * tiler and the kernel place row blocks with it. */
+static inline int64_t graft__mm_block(int64_t S, int64_t nb) {
+  int64_t e = nb > 1 ? (S + nb - 1) / nb : S;
+  return (e + GRAFT__MM_ALIGN - 1) / GRAFT__MM_ALIGN * GRAFT__MM_ALIGN;
+}
+
+/* Segment s of a matmul's units (the N columns of one row block of one
+ * batch) whose M rows are cut into rb blocks of h (graft__mm_block): its
+ * batch, and its rows [*i0, *i1).  The kernel's and every reader's one
+ * mapping from units to blocks. */
+static inline int64_t graft__mm_segment(int64_t M, int64_t rb, int64_t h, int64_t s, int64_t *i0,
+                                        int64_t *i1) {
+  *i0 = s % rb * h;
+  *i1 = *i0 + h < M ? *i0 + h : M;
+  return s / rb;
+}
+
+/* Whether the 1-D split of an M x N product (op(a) transposed: trans_a)
+ * cuts its rows (else its columns). */
 static inline int graft__mm_by_rows(int64_t M, int64_t N, int trans_a) {
   const int64_t T = GRAFT__MM_MIN_COLS;
   return (N < T && M > N) || (M >= 2 * T && (trans_a || M / T >= N / T));
 }
 
-/* The fewest units a GEMM tile gets (by_rows: graft__mm_by_rows). */
+/* The fewest rows (by_rows: graft__mm_by_rows) or columns a tile of the
+ * 1-D split gets. */
 static inline int64_t graft__mm_min_units(int by_rows, int64_t N) {
   return by_rows && N < GRAFT__MM_MIN_COLS ? GRAFT__MM_MIN_ROWS : GRAFT__MM_MIN_COLS;
 }
 
-/* The tile extent in a segment of S units for tiles of about len units: as
+/* The tile extent in a segment of S rows or columns for tiles of about len: as
  * many tiles as fit at 3/4 of len or more (784 rows of at least 256 make
  * four tiles, not three: a third tile leaves one of two workers idle for a
  * whole tile), at most cap of them, near-equal and a multiple of
@@ -59,7 +105,7 @@ static inline int64_t graft__mm_tile_len(int64_t S, int64_t len, int64_t cap) {
   int64_t n = (S + len - 1) / len;
   if (S / n < len * 3 / 4) n = S / len > 1 ? S / len : 1;
   if (n > cap) n = cap > 1 ? cap : 1;
-  return ((S + n - 1) / n + GRAFT__MM_ALIGN - 1) / GRAFT__MM_ALIGN * GRAFT__MM_ALIGN;
+  return graft__mm_block(S, n);
 }
 
 /* The OpenBLAS threading variant as openblas_get_parallel() reports it:

@@ -5,23 +5,17 @@
  * the last two dims under GRAFT_TRANS_A / GRAFT_TRANS_B and the leading
  * (batch) dims of a and b broadcast NumPy-style to those of out.
  *
- * Units are output columns over all batches (batch count * N), or output
- * rows (batch count * M) where graft__mm_by_rows says so (kernels_int.h
- * says when and why).  A call for units [begin, end) issues one gemm per
- * batch it touches, over the block of that batch inside the range: all
- * M rows and columns [j0, j1), or rows [i0, i1) and all N columns.
+ * Units are the output columns of each row block of each batch (batches
+ * x rb x N; kernels_int.h says why and how the plan picks rb).  A call for
+ * units [begin, end) issues one gemm per (batch, row block) it touches,
+ * over that block's rows [i0, i1) and the range's columns [j0, j1) in it:
  * op(b)[:, j0:j1] starts j0 columns into the stored b, or j0 rows down when
  * b is stored transposed; op(a)[i0:i1, :] starts i0 rows down the stored a,
  * or i0 columns in when a is stored transposed (same leading dims either
  * way); the result goes to out[i0:i1, j0:j1] with ldc = N.  No internal
- * blocking: a single call over all units is one gemm per batch, exactly
- * what a direct CBLAS call would do (a gemv where the block is one column
- * or one row).
- *
- * Which: OpenBLAS packs the whole op(a) (M x K) once per call but op(b)
- * only for the columns of the call, so a column split repeats the packing
- * of op(a); a row split repeats that of op(b).  kernels_int.h
- * (graft__mm_by_rows) picks the cheaper where both split.
+ * blocking: a single call over all units of one row block is one gemm per
+ * batch, exactly what a direct CBLAS call would do (a gemv where the block
+ * is one column or one row).
  *
  * An optimized BLAS may sum an element differently depending on its place
  * in the call, so different splits of the units may differ in the last
@@ -42,8 +36,8 @@ typedef struct mm_geom {
   int64_t astep[GRAFT_MAX_RANK];  /* elements of a per step of out batch dim d (0: broadcast) */
   int64_t bstep[GRAFT_MAX_RANK];
   int64_t batches;
-  int rows;                       /* units are rows (else columns) */
-  int64_t per;                    /* units per batch: M or N */
+  int64_t rb;                     /* row blocks per batch (units: batches x rb x N) */
+  int64_t h;                      /* rows per block (graft__mm_block), the last one's fewer */
 } mm_geom;
 
 /* Per out batch dim, how far a's (or b's) matrices move: 0 where the operand
@@ -65,6 +59,25 @@ static graft_status batch_steps(const graft__kargs *k, const graft__tview *t, in
     step[d] = n == 1 ? 0 : s;
     s *= n;
   }
+  return GRAFT_OK;
+}
+
+/* The row blocks the plan cut M into, from the unit count it gave the
+ * node: a whole number of blocks of N columns per batch, each block
+ * non-empty (graft__mm_block places them). */
+static graft_status row_blocks(const graft__kargs *k, mm_geom *g) {
+  g->rb = 1;
+  g->h = g->M;
+  if (g->M == 0 || g->N == 0 || g->batches == 0) return GRAFT_OK;
+  const int64_t cols = g->batches * g->N;
+  const int64_t rb = k->units / cols;
+  const int64_t h = rb >= 1 && rb <= g->M ? graft__mm_block(g->M, rb) : 0;
+  if (k->units % cols || !h || rb - 1 >= (g->M + h - 1) / h)
+    return graft__kernel_internal(k, "%lld units are not row blocks of %lld rows x %lld columns "
+                                  "in %lld batches", (long long)k->units, (long long)g->M,
+                                  (long long)g->N, (long long)g->batches);
+  g->rb = rb;
+  g->h = h;
   return GRAFT_OK;
 }
 
@@ -96,12 +109,10 @@ static graft_status mm_setup(const graft__kargs *k, mm_geom *g) {
     g->bdim[d] = c->shape[d];
     g->batches *= c->shape[d];
   }
-  g->rows = graft__mm_by_rows(g->M, g->N, g->trans_a);
-  g->per = g->rows ? g->M : g->N;
   graft_status st = batch_steps(k, a, g->M * g->K, g, g->astep, "a");
   if (st == GRAFT_OK)
     st = batch_steps(k, b, g->K * g->N, g, g->bstep, "b");
-  return st;
+  return st == GRAFT_OK ? row_blocks(k, g) : st;
 }
 
 /* Element offsets of batch bi's matrices in a and b. */
@@ -115,18 +126,18 @@ static void batch_offsets(const mm_geom *g, int64_t bi, int64_t *aoff, int64_t *
   }
 }
 
-/* Runs the trailing statements once per batch that units [begin, end)
- * touch, with bi the batch, out[i0:i1, j0:j1] its block in the range (all
- * rows or all columns, by the kind of unit), and aoff / boff / coff the
- * element offsets of its matrices in a, b and out. */
+/* Runs the trailing statements once per (batch, row block) segment that
+ * units [begin, end) touch, with bi the batch, out[i0:i1, j0:j1] the
+ * block's rows and the range's columns in it, and aoff / boff / coff the
+ * element offsets of the batch's matrices in a, b and out. */
 #define FOR_BATCH_BLOCK(g, begin, end, ...)                                   \
   do {                                                                        \
-    const int64_t per_ = (g)->per;                                            \
-    for (int64_t bi = (begin) / per_; bi * per_ < (end); bi++) {              \
-      int64_t u0 = GRAFT__MAX((begin), bi * per_) - bi * per_;                \
-      int64_t u1 = GRAFT__MIN((end), (bi + 1) * per_) - bi * per_;            \
-      int64_t i0 = (g)->rows ? u0 : 0, i1 = (g)->rows ? u1 : (g)->M;          \
-      int64_t j0 = (g)->rows ? 0 : u0, j1 = (g)->rows ? (g)->N : u1;          \
+    const int64_t n_ = (g)->N;                                                \
+    for (int64_t s_ = (begin) / n_; s_ * n_ < (end); s_++) {                  \
+      int64_t i0, i1;                                                         \
+      const int64_t bi = graft__mm_segment((g)->M, (g)->rb, (g)->h, s_, &i0, &i1); \
+      const int64_t j0 = GRAFT__MAX((begin), s_ * n_) - s_ * n_;              \
+      const int64_t j1 = GRAFT__MIN((end), (s_ + 1) * n_) - s_ * n_;          \
       int64_t aoff, boff, coff = bi * (g)->M * (g)->N;                        \
       batch_offsets((g), bi, &aoff, &boff);                                   \
       (void)aoff;                                                             \
@@ -190,7 +201,7 @@ graft_status graft__k_MATMUL(const graft__kargs *k, int64_t begin, int64_t end) 
   mm_geom g;
   graft_status st = mm_setup(k, &g);
   if (st == GRAFT_OK)
-    st = graft__kernel_check_units(k, begin, end, g.batches * g.per);
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.rb * g.N);
   if (st != GRAFT_OK || begin >= end || g.M == 0 || g.N == 0)
     return st;
   if (g.K == 0) {
@@ -244,7 +255,7 @@ graft_status graft__matmul_ref(const graft__kargs *k, int64_t begin, int64_t end
   mm_geom g;
   graft_status st = mm_setup(k, &g);
   if (st == GRAFT_OK)
-    st = graft__kernel_check_units(k, begin, end, g.batches * g.per);
+    st = graft__kernel_check_units(k, begin, end, g.batches * g.rb * g.N);
   if (st != GRAFT_OK || begin >= end || g.M == 0 || g.N == 0)
     return st;
   if (k->out->dtype == GRAFT_F32)

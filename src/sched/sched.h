@@ -13,12 +13,13 @@
 #include "graph/graph.h"
 #include "kernels/kernels.h"
 
-/* How a node's units split into tiles: segments of seg units (matmul: one
- * batch's columns) cut every len units; when len > seg, tiles hold len / seg
- * whole segments.  Depends only on shapes and the grain. */
+/* How a node's units split into tiles: segments of seg units (matmul: the
+ * columns of one row block of one batch, kernels_int.h) cut every len units
+ * (per_seg > 0), or runs of len units (per_seg 0; for a matmul, whole
+ * segments).  Depends only on shapes and the grain. */
 typedef struct graft__tiling {
   int64_t units, seg, len;
-  int32_t per_seg;          /* tiles per segment when len <= seg, else 0 */
+  int32_t per_seg;          /* tiles per segment when segments are cut, else 0 */
   int32_t n;                /* tiles */
   int64_t split_r;          /* split reduction: reduced extent cut into n blocks; 0 = none */
 } graft__tiling;

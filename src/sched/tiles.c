@@ -3,8 +3,11 @@
  * count, and every executor runs a node as that same list of tiles, so the
  * result is bitwise the same for every executor and thread count even where
  * a kernel's bits depend on how its units are split (matmul).  GEMM tiles
- * are near-equal runs of a batch's output columns or rows (which, and how
+ * are near-equal runs of a batch's output columns or blocks of its rows,
+ * row blocks x column runs where that makes more tiles (which, and how
  * many at least: kernels_int.h), or whole batches. */
+#include <math.h>
+
 #include "kernels/kernels_int.h"
 #include "sched/sched.h"
 
@@ -26,6 +29,79 @@ int64_t graft__plan_node_work(const graft__plan *p, uint32_t i) {
   return graft__size_mul_sat(cost ? cost : 1, elems ? elems : 1);
 }
 
+/* The smallest r with r * r >= x (0 <= x < 2^62). */
+static int64_t ceil_sqrt(int64_t x) {
+  int64_t r = (int64_t)sqrt((double)x);
+  while (r * r < x) r++;
+  while (r > 0 && (r - 1) * (r - 1) >= x) r--;
+  return r;
+}
+
+/* Tiles of a matmul whose output is batches x M x N (M, N > 0) and whose
+ * inner dim is K (units: kernels_int.h).  The 1-D split first: runs of at
+ * least min columns, or blocks of at least min rows (graft__mm_by_rows,
+ * graft__mm_min_units), each at least the grain in multiply-adds, give or
+ * take a quarter; as many as fit, made equal up to a multiple of
+ * GRAFT__MM_ALIGN; at a segment or more, whole batches.  Then row blocks x
+ * column runs of at least side x side and macs multiply-adds, as square as
+ * that allows but no smaller than about GRAFT__MM_2D_TILES of them per
+ * batch need, where they make more tiles.  A grain below the default
+ * scales the minimums down with it (to 16 rows or columns at least): a
+ * many-core run may trade some single-thread speed for more tiles
+ * (GRAFT_GRAIN=8192: 64-column tiles).  The 2-D tiles' multiply-adds also
+ * grow with a grain above the default, so a larger grain gives fewer of
+ * them (a 2048^3 product: 64 at the default, 25 at GRAFT_GRAIN=65536). */
+/* v (the fewest rows or columns of a tile) scaled down with a grain under
+ * the default, to 16 at least. */
+static int64_t scaled_min(int64_t v, int64_t grain) {
+  return grain < GRAFT__DEFAULT_GRAIN ? GRAFT__MAX(v * grain / GRAFT__DEFAULT_GRAIN, (int64_t)16) : v;
+}
+
+static void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, int trans_a,
+                      int64_t grain, graft__tiling *tl) {
+  const int rows = graft__mm_by_rows(M, N, trans_a);
+  const int64_t S = rows ? M : N, Kw = K ? K : 1;
+  const int64_t per_unit = GRAFT__MAX(graft__size_mul_sat(rows ? N : M, Kw), (int64_t)1);
+  const int64_t min = scaled_min(graft__mm_min_units(rows, N), grain);
+  int64_t len = GRAFT__MAX(grain / per_unit + (grain % per_unit != 0), min);
+  if (len * MAX_TILES < batches * S) len = (batches * S + MAX_TILES - 1) / MAX_TILES;
+  int64_t rb = 1;   /* row blocks per batch */
+  tl->seg = N;
+  if (len < S) len = graft__mm_tile_len(S, len, MAX_TILES / batches);
+  if (len < S && rows) { /* one row block a tile */
+    rb = (S + len - 1) / len;
+    tl->len = N;
+    tl->n = (int32_t)(batches * rb);
+  } else if (len < S) {  /* runs of len columns */
+    tl->len = len;
+    tl->per_seg = (int32_t)((S + len - 1) / len);
+    tl->n = (int32_t)(batches * tl->per_seg);
+  } else {               /* whole batches */
+    int64_t per_tile = GRAFT__MAX(len / S, (batches + MAX_TILES - 1) / MAX_TILES);
+    tl->len = per_tile * N;
+    tl->n = (int32_t)((batches + per_tile - 1) / per_tile);
+  }
+
+  const int64_t side = scaled_min(GRAFT__MM_MIN_COLS, grain);
+  const int64_t macs = graft__size_mul_sat(GRAFT__MM_MIN_MACS / GRAFT__DEFAULT_GRAIN, grain);
+  const int64_t area = macs / Kw + (macs % Kw != 0); /* rows x columns a tile needs */
+  if (M < 2 * side || N < 2 * side || area > (M / 2) * (N / 2)) {
+    tl->units = batches * rb * N;
+    return;
+  }
+  int64_t t = GRAFT__MAX(side, ceil_sqrt(area));
+  if ((M / t) * (N / t) > GRAFT__MM_2D_TILES) t = GRAFT__MAX(t, ceil_sqrt(M * N / GRAFT__MM_2D_TILES));
+  const int64_t h = graft__mm_block(M, M / t), w = graft__mm_block(N, N / t);
+  const int64_t rb2 = (M + h - 1) / h, cb2 = (N + w - 1) / w;
+  if (rb2 >= 2 && cb2 >= 2 && batches * rb2 * cb2 > tl->n && batches * rb2 * cb2 <= MAX_TILES) {
+    rb = rb2;
+    tl->len = w;
+    tl->per_seg = (int32_t)cb2;
+    tl->n = (int32_t)(batches * rb2 * cb2);
+  }
+  tl->units = batches * rb * N;
+}
+
 static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *tl) {
   const graft__kargs *k = &p->kargs[i];
   const graft__node *n = k->node;
@@ -37,6 +113,15 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   tl->n = 1;
   tl->split_r = 0;
   if (graft__ops[n->op].tile == GRAFT__TILE_ONE) return;
+  if (graft__ops[n->op].tile == GRAFT__TILE_GEMM) {
+    const graft__tview *o = k->out, *a = k->in[0];
+    if (o->rank < 2 || a->rank < 2 || units <= 0) return;
+    const int64_t M = o->shape[o->rank - 2], N = o->shape[o->rank - 1];
+    const int trans_a = (n->attr.matmul.flags & GRAFT_TRANS_A) != 0;
+    if (M > 0 && N > 0)
+      tile_gemm(units / N, M, N, a->shape[a->rank - (trans_a ? 2 : 1)], trans_a, grain, tl);
+    return;
+  }
 
   /* Few outputs over many elements: split the reduced extent instead. */
   int64_t r = graft__kernel_split_extent(k);
@@ -56,45 +141,6 @@ static void tile_node(graft__plan *p, uint32_t i, int64_t grain, graft__tiling *
   if (len < 1) len = 1;
   if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
 
-  if (graft__ops[n->op].tile == GRAFT__TILE_GEMM) {
-    /* Units are output columns, or rows (graft__mm_by_rows); segments are
-     * batches of N columns (M rows).  Each tile is one gemm per batch that
-     * repacks op(a) (M x K, = per_unit) for column tiles, or op(b) for row
-     * tiles, so a tile gets at least max(grain, min * per_unit)
-     * multiply-adds: len >= min units (graft__mm_min_units), give or take
-     * a quarter.  A segment splits into as many tiles of that size as fit,
-     * made equal up to a multiple of GRAFT__MM_ALIGN.  At len >= the
-     * segment, tiles are whole batches. */
-    const graft__tview *o = k->out;
-    const int64_t M = o->rank >= 2 ? o->shape[o->rank - 2] : 0;
-    const int64_t N = o->rank >= 2 ? o->shape[o->rank - 1] : 0;
-    const int rows = graft__mm_by_rows(M, N, (n->attr.matmul.flags & GRAFT_TRANS_A) != 0);
-    const int64_t S = rows ? M : N;
-    const int64_t batches = units / (S > 0 ? S : 1);
-    if (S <= 0 || batches * S != units) return; /* keep it whole */
-    /* A grain below the default scales the minimum down with it (to 16
-     * units at least): a many-core run may trade some single-thread speed
-     * for more GEMM tiles (GRAFT_GRAIN=8192: 64-column tiles). */
-    int64_t min = graft__mm_min_units(rows, N);
-    if (grain < GRAFT__DEFAULT_GRAIN) min = GRAFT__MAX(min * grain / GRAFT__DEFAULT_GRAIN, (int64_t)16);
-    len = GRAFT__MAX((grain + per_unit - 1) / per_unit, min);
-    if (len * MAX_TILES < units) len = (units + MAX_TILES - 1) / MAX_TILES;
-    tl->seg = S;
-    if (len < S) {
-      len = graft__mm_tile_len(S, len, MAX_TILES / batches);
-      int64_t per_seg = (S + len - 1) / len;
-      if (len < S) {
-        tl->len = len;
-        tl->per_seg = (int32_t)per_seg;
-        tl->n = (int32_t)(batches * per_seg);
-        return;
-      }
-    }
-    int64_t per_tile = GRAFT__MAX(len / S, (batches + MAX_TILES - 1) / MAX_TILES);
-    tl->len = per_tile * S;
-    tl->n = (int32_t)((batches + per_tile - 1) / per_tile);
-    return;
-  }
   tl->len = GRAFT__MIN(len, units);
   tl->n = (int32_t)((units + tl->len - 1) / tl->len);
 }

@@ -1,6 +1,6 @@
 /* matmul against naive triple loops in double: every GRAFT_TRANS_A/B combo,
  * rank 2, batched, broadcast batch dims, mixed ranks, empty and odd sizes,
- * tiled products (column and row tiles) under every executor, and the
+ * tiled products (column, row and 2-D tiles) under every executor, and the
  * shape / dtype errors. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +10,8 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "kernels/kernels_int.h"
+#include "sched/sched.h"
 
 TU_RUNTIME_GROUP();
 TU_SUPPRESS_GOMP_TASK_LEAK();
@@ -57,6 +59,13 @@ static int case_shapes(const mm_case *c, unsigned flags, int64_t *as, int64_t *b
   return nob;
 }
 
+/* Whether the oracle checks row (or column) i of S: all of them in small
+ * products, else those at either side of every multiple of 16 (where any
+ * tile of any split starts or ends: tiles are aligned to 16) and the last. */
+static int oracle_checks(int64_t i, int64_t S, int sparse) {
+  return !sparse || i % 16 == 0 || i % 16 == 15 || i == S - 1;
+}
+
 /* out = in[0] @ in[1] of case c under flags, against the oracle.  The
  * tolerance of element (m, n) is rtol * sum_k |a_mk| |b_kn|, the scale of
  * the rounding error of any summation order. */
@@ -70,11 +79,13 @@ static void check_oracle(const mm_case *c, unsigned flags, graft_tensor *const *
   tu_assert_tensor(out, dt, nob + 2, os, ctx);
   double rtol = dt == GRAFT_F32 ? 1e-4 : 1e-12;
   int64_t n_batch = tu_numel(nob, os);
+  const int sparse = n_batch * M * N * K > ((int64_t)1 << 26);
   for (int64_t bi = 0; bi < n_batch; bi++) {
     int64_t oa = tu_bcast_src(nob, os, bi, c->na, c->ba) * M * K;
     int64_t ob = tu_bcast_src(nob, os, bi, c->nb, c->bb) * K * N;
     for (int64_t m = 0; m < M; m++)
       for (int64_t n = 0; n < N; n++) {
+        if (!oracle_checks(m, M, sparse) || !oracle_checks(n, N, sparse)) continue;
         double want = 0.0, mag = 0.0;
         for (int64_t k = 0; k < K; k++) {
           double x = tu_get(in[0], oa + (ta ? k * M + m : m * K + k));
@@ -169,6 +180,95 @@ static void test_matmul__smaller_grain_gives_more_gemm_tiles(void **state) {
   graft_tensor_destroy(in[1]);
 }
 
+/* ---- tiled products on many runtimes ------------------------------------ */
+
+/* The runtimes tiled cases run on: seq, ws at 1 to 8 threads
+ * (oversubscribed on a small machine) and omp at 2 and 3; a mask picks
+ * some (bit r: k_runs[r]). */
+static const struct { const char *sched; int threads; } k_runs[] = {
+    {"seq", 1}, {"ws", 1}, {"ws", 2}, {"ws", 3}, {"ws", 4}, {"ws", 5}, {"ws", 6},
+    {"ws", 7},  {"ws", 8}, {"omp", 2}, {"omp", 3}};
+#define RUNS_ALL ((1u << TU_N_OF(k_runs)) - 1)
+/* seq, ws at 2, 3 and 8, omp at 2 */
+#define RUNS_FEW (1u << 0 | 1u << 2 | 1u << 3 | 1u << 8 | 1u << 9)
+
+static void runtimes_open(unsigned mask, int64_t grain, graft_runtime **rts) {
+  for (size_t r = 0; r < TU_N_OF(k_runs); r++)
+    rts[r] = (mask >> r) & 1 ? tu_runtime_of(k_runs[r].sched, k_runs[r].threads, grain) : NULL;
+}
+
+static void runtimes_close(graft_runtime **rts) {
+  for (size_t r = 0; r < TU_N_OF(k_runs); r++) graft_runtime_destroy(rts[r]);
+}
+
+/* The plan of f's last call: its one matmul node's tiling, checked to be
+ * rb row blocks x cb column runs per batch (batches of N columns). */
+static void assert_2d_tiling(graft_function *f, int64_t batches, int64_t rb, int64_t cb,
+                             int64_t N, const char *ctx) {
+  const graft__plan *p = graft__function_plan(f);
+  if (!p) fail_msg("%s: no plan", ctx);
+  int found = 0;
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    if (p->kargs[i].node->op != GRAFT__OP_MATMUL) continue;
+    const graft__tiling *tl = &p->tiling[i];
+    found++;
+    if (tl->units != batches * rb * N || tl->per_seg != cb || tl->seg != N ||
+        tl->n != batches * rb * cb)
+      fail_msg("%s: tiling units %lld seg %lld per_seg %d n %d, want %lld row blocks x %lld "
+               "column runs of %lld columns in %lld batches", ctx, (long long)tl->units,
+               (long long)tl->seg, tl->per_seg, tl->n, (long long)rb, (long long)cb,
+               (long long)N, (long long)batches);
+  }
+  assert_int_equal(found, 1);
+}
+
+/* Case c's product in dtype dt under flags (random operands from rng) on
+ * each runtime rts[r] that is not NULL: each call runs as several tiles
+ * (rb > 0: exactly rb row blocks x cb column runs per batch), the first
+ * matches the oracle and the others are bitwise equal to it. */
+static void check_runs(const mm_case *c, graft_dtype dt, unsigned flags, tu_rng *rng,
+                       graft_runtime *const *rts, int64_t grain, int64_t rb, int64_t cb) {
+  int64_t as[GRAFT_MAX_RANK], bs[GRAFT_MAX_RANK], os[GRAFT_MAX_RANK];
+  const int64_t batches = tu_numel(case_shapes(c, flags, as, bs, os), os);
+  graft_tensor *in[2], *ref = NULL;
+  const char *ref_run = NULL;
+  case_inputs(c, dt, flags, rng, in);
+  for (size_t r = 0; r < TU_N_OF(k_runs); r++) {
+    if (!rts[r]) continue;
+    char ctx[192];
+    snprintf(ctx, sizeof ctx, "%s grain %lld %s flags=%u %s x%d", c->name, (long long)grain,
+             graft_dtype_name(dt), flags, k_runs[r].sched, k_runs[r].threads);
+    graft_function_desc fd = {.name = "mm", .trace = trace_matmul, .user = &flags,
+                              .n_inputs = 2, .n_outputs = 1};
+    graft_function *f = NULL;
+    assert_int_equal(graft_function_create(rts[r], &fd, &f), GRAFT_OK);
+    graft_tensor *out = NULL;
+    graft_status st = graft_function_call(f, 2, in, 1, &out);
+    if (st) fail_msg("%s: %s: %s", ctx, graft_status_name(st), graft_function_errmsg(f));
+    graft_plan_stats ps;
+    assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+    if (ps.tiles < 2) fail_msg("%s: %lld tile(s), want several", ctx, (long long)ps.tiles);
+    if (rb) {
+      assert_2d_tiling(f, batches, rb, cb, c->n, ctx);
+      if (ps.tiles != batches * rb * cb)
+        fail_msg("%s: %lld tiles, want %lld", ctx, (long long)ps.tiles,
+                 (long long)(batches * rb * cb));
+    }
+    graft_function_destroy(f);
+    if (!ref) {
+      check_oracle(c, flags, in, out, ctx);
+      ref = out;
+      ref_run = k_runs[r].sched;
+      continue;
+    }
+    if (!tu_bitwise_equal(out, ref)) fail_msg("%s: differs bitwise from %s", ctx, ref_run);
+    graft_tensor_destroy(out);
+  }
+  graft_tensor_destroy(ref);
+  graft_tensor_destroy(in[0]);
+  graft_tensor_destroy(in[1]);
+}
+
 /* Products large enough to be tiled: column tiles (784 columns: near-equal
  * tiles), row tiles where op(a) is transposed or rows split as finely as
  * columns, and row tiles for outputs too narrow for columns (a classifier
@@ -187,47 +287,165 @@ static void test_matmul__tiled_bitwise_across_schedules(void **state) {
       {"[3]x[3] 200x64x7", 1, {3}, 1, {3}, 200, 64, 7},
       {"[2]x[1] 300x50x3", 1, {2}, 1, {1}, 300, 50, 3},
   };
-  static const struct { const char *sched; int threads; } runs[] = {
-      {"seq", 1}, {"ws", 2}, {"ws", 3}, {"ws", 8}, {"omp", 2}};
-  graft_runtime *rts[TU_N_OF(runs)];
-  for (size_t r = 0; r < TU_N_OF(runs); r++) rts[r] = tu_runtime_of(runs[r].sched, runs[r].threads, 0);
+  graft_runtime *rts[TU_N_OF(k_runs)];
+  runtimes_open(RUNS_FEW, 0, rts);
   tu_rng rng = {0x711e};
   for (size_t i = 0; i < TU_N_OF(cases); i++)
     for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)
-      for (unsigned flags = 0; flags < 4; flags++) {
-        const mm_case *c = &cases[i];
-        graft_tensor *in[2], *ref = NULL;
-        case_inputs(c, k_dtypes[d], flags, &rng, in);
-        for (size_t r = 0; r < TU_N_OF(runs); r++) {
-          char ctx[160];
-          snprintf(ctx, sizeof ctx, "%s %s flags=%u %s x%d", c->name,
-                   graft_dtype_name(k_dtypes[d]), flags, runs[r].sched, runs[r].threads);
-          graft_function_desc fd = {.name = "mm", .trace = trace_matmul, .user = &flags,
-                                    .n_inputs = 2, .n_outputs = 1};
-          graft_function *f = NULL;
-          assert_int_equal(graft_function_create(rts[r], &fd, &f), GRAFT_OK);
-          graft_tensor *out = NULL;
-          graft_status st = graft_function_call(f, 2, in, 1, &out);
-          if (st) fail_msg("%s: %s: %s", ctx, graft_status_name(st), graft_function_errmsg(f));
-          graft_plan_stats ps;
-          assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
-          if (ps.tiles < 2) fail_msg("%s: %lld tile(s), want several", ctx, (long long)ps.tiles);
-          graft_function_destroy(f);
-          if (!ref) {
-            check_oracle(c, flags, in, out, ctx);
-            ref = out;
-            continue;
-          }
-          size_t bytes = (size_t)graft_tensor_numel(out) * graft_dtype_size(k_dtypes[d]);
-          if (memcmp(graft_tensor_data(out), graft_tensor_data(ref), bytes))
-            fail_msg("%s: differs bitwise from seq", ctx);
-          graft_tensor_destroy(out);
-        }
-        graft_tensor_destroy(ref);
-        graft_tensor_destroy(in[0]);
-        graft_tensor_destroy(in[1]);
-      }
-  for (size_t r = 0; r < TU_N_OF(runs); r++) graft_runtime_destroy(rts[r]);
+      for (unsigned flags = 0; flags < 4; flags++)
+        check_runs(&cases[i], k_dtypes[d], flags, &rng, rts, 0, 0, 0);
+  runtimes_close(rts);
+}
+
+/* ---- 2-D tiles ---------------------------------------------------------- */
+
+/* A product that the grain cuts into rb x cb tiles per batch, run on the
+ * runtimes of mask. */
+typedef struct tile_case {
+  mm_case c;
+  int64_t grain;  /* 0: the default */
+  int64_t rb, cb; /* row blocks, column runs per batch */
+  unsigned mask;
+} tile_case;
+
+/* Products whose rows and columns both split: at GRAFT_GRAIN=16384 a
+ * 1024^3 product is 4 x 4 tiles of 256 x 256 (the 1-D split made 8); at
+ * smaller grains, smaller products split likewise, with sizes that are not
+ * multiples of the blocks (100 rows: 32 + 32 + 32 + 4; 333 rows: 4 x 80 +
+ * 13), batched and with broadcast batch dims, and with a short inner dim.
+ * Every flag combination, f32 and f64; bitwise the same under seq, ws at 1
+ * to 8 threads and omp (the 1024^3 case on seq, ws at 2, 3 and 8, omp at
+ * 2). */
+static void test_matmul__2d_tiles_bitwise_across_threads(void **state) {
+  (void)state;
+  static const tile_case cases[] = {
+      {{"100x2048x140", 0, {0}, 0, {0}, 100, 2048, 140}, 128, 4, 5, RUNS_ALL},
+      {{"[2]x[2] 130x1024x90", 1, {2}, 1, {2}, 130, 1024, 90}, 64, 5, 3, RUNS_ALL},
+      {{"[2,1]x[3] 64x512x72", 2, {2, 1}, 1, {3}, 64, 512, 72}, 64, 2, 3, RUNS_ALL},
+      {{"333x64x300", 0, {0}, 0, {0}, 333, 64, 300}, 64, 5, 4, RUNS_ALL},
+      {{"1024x1024x1024", 0, {0}, 0, {0}, 1024, 1024, 1024}, 16384, 4, 4, RUNS_FEW},
+  };
+  tu_rng rng = {0x2d71e5};
+  for (size_t i = 0; i < TU_N_OF(cases); i++) {
+    const tile_case *tc = &cases[i];
+    graft_runtime *rts[TU_N_OF(k_runs)];
+    runtimes_open(tc->mask, tc->grain, rts);
+    for (size_t d = 0; d < TU_N_OF(k_dtypes); d++)
+      for (unsigned flags = 0; flags < 4; flags++)
+        check_runs(&tc->c, k_dtypes[d], flags, &rng, rts, tc->grain, tc->rb, tc->cb);
+    runtimes_close(rts);
+  }
+}
+
+/* The kernel's side of the units contract (kernels_int.h), called
+ * directly: [2, 100, 33] @ [33, 70] (b broadcast over the batch) cut into
+ * rb = 4 row blocks of 32, 32, 32 and 4 rows per batch and runs of 16
+ * columns, each tile one call, give what the reference kernel gives over
+ * the same tiles and over the whole range, within rounding; unit counts
+ * that are not whole row blocks of N columns, or that would leave a block
+ * empty (8 blocks of 16 cover 100 rows in 7), are refused as internal
+ * errors. */
+static void test_matmul_kernel__row_block_tiles_match_reference(void **state) {
+  (void)state;
+  enum { B = 2, M = 100, K = 33, N = 70, RB = 4, LEN = 16 };
+  static const int64_t as[3] = {B, M, K}, bs[2] = {K, N}, os[3] = {B, M, N};
+  tu_rng rng = {0xb10c};
+  graft_tensor *a = tu_tensor_rand(&rng, GRAFT_F64, 3, as, -1, 1);
+  graft_tensor *b = tu_tensor_rand(&rng, GRAFT_F64, 2, bs, -1, 1);
+  double *got = calloc((size_t)(B * M * N), sizeof *got), *ref = calloc((size_t)(B * M * N), sizeof *ref);
+  assert_non_null(got);
+  assert_non_null(ref);
+  graft__node node;
+  memset(&node, 0, sizeof node);
+  node.op = GRAFT__OP_MATMUL;
+  node.dtype = GRAFT_F64;
+  node.rank = 3;
+  node.n_in = 2;
+  graft__tview va = {graft_tensor_data(a), B * M * K, GRAFT_F64, 3, as};
+  graft__tview vb = {graft_tensor_data(b), K * N, GRAFT_F64, 2, bs};
+  graft__tview vc = {got, B * M * N, GRAFT_F64, 3, os};
+  const graft__tview *vin[2] = {&va, &vb};
+  char msg[GRAFT__MSG_LEN] = "";
+  graft__kargs k;
+  memset(&k, 0, sizeof k);
+  k.node = &node;
+  k.n_in = 2;
+  k.in = vin;
+  k.out = &vc;
+  k.msg = msg;
+  k.units = B * RB * N;
+  const graft__tiling tl = {B * RB * N, N, LEN, (N + LEN - 1) / LEN, B * RB * ((N + LEN - 1) / LEN), 0};
+  for (int64_t t = 0; t < tl.n; t++) {
+    int64_t u0, u1;
+    graft__tile_range(&tl, t, &u0, &u1);
+    vc.data = got;
+    if (graft__k_MATMUL(&k, u0, u1) != GRAFT_OK) fail_msg("tile %lld: %s", (long long)t, msg);
+    vc.data = ref;
+    if (graft__matmul_ref(&k, u0, u1) != GRAFT_OK) fail_msg("ref tile %lld: %s", (long long)t, msg);
+  }
+  double *whole = calloc((size_t)(B * M * N), sizeof *whole);
+  assert_non_null(whole);
+  vc.data = whole;
+  assert_int_equal(graft__matmul_ref(&k, 0, k.units), GRAFT_OK);
+  for (int64_t i = 0; i < B * M * N; i++)
+    if (fabs(got[i] - ref[i]) > 1e-12 * K || ref[i] != whole[i])
+      fail_msg("element %lld: tiles %.17g, reference tiles %.17g, whole %.17g", (long long)i,
+               got[i], ref[i], whole[i]);
+  static const int64_t bad_units[] = {B * RB * N + 1, B * 8 * N, B * (M + 1) * N, 0};
+  for (size_t i = 0; i < TU_N_OF(bad_units); i++) {
+    k.units = bad_units[i];
+    msg[0] = '\0';
+    assert_int_equal(graft__k_MATMUL(&k, 0, 1), GRAFT_EINTERNAL);
+    tu_assert_msg_has(msg, "row blocks");
+  }
+  free(whole);
+  free(ref);
+  free(got);
+  graft_tensor_destroy(a);
+  graft_tensor_destroy(b);
+}
+
+/* At the default grain the layers of bench_mlp (batch 256) and a 1024^3
+ * product keep the 1-D tiles they had before 2-D tiles existed, and
+ * products with twice the work or more split in 2-D: 1024 x 2048 x 1024
+ * and 512 x 2048 x 2048 in 16 tiles of 256 x 256 (tile counts: the rule in
+ * kernels_int.h). */
+static void test_matmul__default_grain_tile_counts(void **state) {
+  (void)state;
+  static const struct { int64_t m, k, n; unsigned flags; int64_t tiles; } cases[] = {
+      {256, 784, 1024, 0, 4},             {256, 1024, 1024, 0, 4},
+      {256, 1024, 10, 0, 4},              {1024, 256, 1024, GRAFT_TRANS_A, 4},
+      {784, 256, 1024, GRAFT_TRANS_A, 4}, {256, 1024, 1024, GRAFT_TRANS_B, 4},
+      {256, 10, 1024, GRAFT_TRANS_B, 4},  {4096, 4096, 1, 0, 64},
+      {1024, 1024, 1024, 0, 4},           {1024, 2048, 1024, 0, 16},
+      {512, 2048, 2048, GRAFT_TRANS_A, 16},
+  };
+  graft_runtime *rt = tu_runtime_of("seq", 1, 0);
+  for (size_t i = 0; i < TU_N_OF(cases); i++) {
+    const int ta = (cases[i].flags & GRAFT_TRANS_A) != 0, tb = (cases[i].flags & GRAFT_TRANS_B) != 0;
+    const int64_t m = cases[i].m, k = cases[i].k, n = cases[i].n;
+    int64_t sa[2] = {ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n};
+    graft_tensor *in[2] = {NULL, NULL}, *out = NULL;
+    assert_int_equal(graft_tensor_create(GRAFT_F32, 2, sa, &in[0]), GRAFT_OK);
+    assert_int_equal(graft_tensor_create(GRAFT_F32, 2, sb, &in[1]), GRAFT_OK);
+    memset(graft_tensor_data(in[0]), 0, (size_t)(m * k) * sizeof(float));
+    memset(graft_tensor_data(in[1]), 0, (size_t)(k * n) * sizeof(float));
+    graft_function_desc fd = {.name = "mm", .trace = trace_matmul, .user = (void *)&cases[i].flags,
+                              .n_inputs = 2, .n_outputs = 1};
+    graft_function *f = NULL;
+    assert_int_equal(graft_function_create(rt, &fd, &f), GRAFT_OK);
+    assert_int_equal(graft_function_call(f, 2, in, 1, &out), GRAFT_OK);
+    graft_plan_stats ps;
+    assert_int_equal(graft_function_stats(f, &ps), GRAFT_OK);
+    if (ps.tiles != cases[i].tiles)
+      fail_msg("%lldx%lldx%lld flags=%u: %lld tiles, want %lld", (long long)m, (long long)k,
+               (long long)n, cases[i].flags, (long long)ps.tiles, (long long)cases[i].tiles);
+    graft_function_destroy(f);
+    graft_tensor_destroy(out);
+    graft_tensor_destroy(in[0]);
+    graft_tensor_destroy(in[1]);
+  }
+  graft_runtime_destroy(rt);
 }
 
 static void test_matmul__rank2_all_flags(void **state) {
@@ -415,6 +633,9 @@ int main(void) {
       cmocka_unit_test(test_matmul__rank2_all_flags),
       cmocka_unit_test(test_matmul__tiled_bitwise_across_schedules),
       cmocka_unit_test(test_matmul__smaller_grain_gives_more_gemm_tiles),
+      cmocka_unit_test(test_matmul__2d_tiles_bitwise_across_threads),
+      cmocka_unit_test(test_matmul__default_grain_tile_counts),
+      cmocka_unit_test(test_matmul_kernel__row_block_tiles_match_reference),
       cmocka_unit_test(test_matmul__odd_sizes),
       cmocka_unit_test(test_matmul__batched_rank3),
       cmocka_unit_test(test_matmul__broadcast_batch),
