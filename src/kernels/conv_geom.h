@@ -6,6 +6,16 @@
 
 #include <stdint.h>
 
+/* On x86-64 the loops of conv.c and winograd.c that vectorize are also
+ * built for AVX2, and the loader picks the build the CPU runs (an ifunc):
+ * twice the vector width for the same operations in the same order (no
+ * FMA contraction in C11 mode), so the same bits either way. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
+#define GRAFT__CONV_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define GRAFT__CONV_CLONES
+#endif
+
 /* Image [N, C, H, W], G groups of Cg channels, kernel KH x KW, stride,
  * padding and dilation; output OH x OW (OHW per plane); columns of
  * R = Cg * KH * KW rows; S = N * OHW. */
@@ -21,8 +31,8 @@ typedef struct graft__conv_geom {
 int graft__wino_applies(const graft__conv_geom *g, int64_t O);
 
 /* Images per unit of CONV2D and CONV2D_X on the Winograd path (their units
- * are chunks of that many images, x groups; CONV2D_W's stay groups). */
-int64_t graft__wino_chunk(const graft__conv_geom *g, int op);
+ * are runs of that many images, x groups; CONV2D_W's stay groups). */
+int64_t graft__wino_unit(const graft__conv_geom *g, int op);
 
 /* Elements of the dtype a tile's scratch holds for op's Winograd kernel. */
 int64_t graft__wino_scratch(const graft__conv_geom *g, int op, int64_t O);

@@ -23,9 +23,9 @@
  * Blocks run over each output plane in 2x2 steps; those past an odd edge
  * read zeros and drop their outside outputs.
  *
- * Units: chunks of graft__wino_chunk images x groups (CONV2D, CONV2D_X;
- * unit = chunk * G + group), or groups (CONV2D_W, whose batch sum never
- * splits).  A unit's gemms have a fixed shape and its transforms a fixed
+ * Units: runs of graft__wino_unit images x groups (CONV2D, CONV2D_X;
+ * unit = run * G + group), or groups (CONV2D_W, whose batch sum never
+ * splits); the gemms take chunks of a run's images at a time.  A unit's gemms have a fixed shape and its transforms a fixed
  * order whatever tile holds it, so every tiling gives the same bits.  The
  * kernels' transform U is made once per tile call (and group), in the
  * tile's scratch with the blocks of one chunk. */
@@ -35,19 +35,15 @@
 #include "kernels/conv_geom.h"
 #include "kernels/kernels_int.h"
 
-/* On x86-64 the transforms are also built for AVX2 and the loader picks
- * the build the CPU runs (an ifunc): twice the vector width for the same
- * operations in the same order, so the same bits either way. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
-#define WINO_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define WINO_CLONES
-#endif
-
 /* Blocks per gemm the chunks aim at: 2 images of 14 x 14 (49 blocks each).
  * Fewer make OpenBLAS's packing a larger share of short gemms; more spill
  * a chunk's V and M (16 x channels x blocks each) out of L2. */
 #define WINO_BLOCKS 96
+
+/* Chunks per unit of CONV2D and CONV2D_X: each tile call makes the
+ * kernels' transform and clears its products once, so units of a few
+ * chunks keep that a small share (8 images: 8 tiles at batch 64). */
+#define WINO_UNIT_CHUNKS 4
 
 int graft__wino_applies(const graft__conv_geom *g, int64_t O) {
   return g->KH == 3 && g->KW == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
@@ -74,10 +70,15 @@ static wplane wplane_of(const graft__conv_geom *g, int op) {
   return p;
 }
 
-int64_t graft__wino_chunk(const graft__conv_geom *g, int op) {
+/* Images per gemm chunk (at least 1, at most N). */
+static int64_t chunk(const graft__conv_geom *g, int op) {
   const wplane p = wplane_of(g, op);
   const int64_t nb = p.TT > 0 ? (WINO_BLOCKS + p.TT - 1) / p.TT : 1;
   return GRAFT__MAX(GRAFT__MIN(nb, g->N), (int64_t)1);
+}
+
+int64_t graft__wino_unit(const graft__conv_geom *g, int op) {
+  return GRAFT__MAX(GRAFT__MIN(chunk(g, op) * WINO_UNIT_CHUNKS, g->N), (int64_t)1);
 }
 
 /* The distance between the 16 planes of U, V or M (of n elements each):
@@ -88,13 +89,14 @@ static int64_t stride(int64_t n) { return graft__size_add_sat(n, 15) / 16 * 16 +
 
 /* Where a tile's scratch keeps what (offsets in elements, each a multiple
  * of 16): U (the kernels' transform; CONV2D_W: dU), zero (a row of
- * zeros), u (the input transform's rows), V and M (a chunk's transformed
- * inputs and products; CONV2D_W: its transformed gradient), q (the output
- * transform's 4 rows of blocks; CONV2D_W: the gradient transform's rows);
- * M_n: M's elements. */
+ * zeros), u and e (the input transform's rows, input_), q (the output
+ * transform's 4 rows of blocks; CONV2D_W: the gradient transform's rows,
+ * grad_), V and M (a chunk's transformed inputs and products; CONV2D_W:
+ * its transformed gradient); M_n: M's elements.  u, e and q are
+ * consecutive. */
 typedef struct wparts {
   wplane p;
-  int64_t U, zero, u, V, M, q, total, zero_n, u_n, M_n;
+  int64_t U, zero, u, e, q, V, M, total, zero_n, M_n;
 } wparts;
 
 static int64_t take(int64_t *at, int64_t n) {
@@ -107,19 +109,18 @@ static wparts parts(const graft__conv_geom *g, int op, int64_t O) {
   wparts s = {.p = wplane_of(g, op)};
   const int64_t Og = O / g->G, Cg = g->Cg, w = op == GRAFT__OP_CONV2D_W;
   const int64_t Cin = op == GRAFT__OP_CONV2D_X ? Og : Cg, Cout = op == GRAFT__OP_CONV2D_X ? Cg : Og;
-  /* a chunk's blocks, and its rows of V (and of M for CONV2D_W) */
-  const int64_t Tn = graft__size_mul_sat(graft__wino_chunk(g, op), s.p.TT), ld = Tn + 4;
+  const int64_t Tn = graft__size_mul_sat(chunk(g, op), s.p.TT); /* a chunk's blocks */
+  const int64_t rows = graft__size_mul_sat(s.p.TY, 2 * s.p.TX); /* a plane of u */
   int64_t at = 0;
   s.zero_n = GRAFT__MAX(s.p.W, s.p.OW);
-  s.u_n = graft__size_mul_sat(4 * s.p.TY, s.p.PW + 8);
-  s.M_n = graft__size_mul_sat(16, stride(graft__size_mul_sat(Cout, w ? ld : Tn)));
+  s.M_n = graft__size_mul_sat(16, stride(graft__size_mul_sat(Cout, Tn)));
   s.U = take(&at, graft__size_mul_sat(16, stride(graft__size_mul_sat(Og, Cg))));
   s.zero = take(&at, s.zero_n);
-  s.u = take(&at, s.u_n);
-  s.V = take(&at, graft__size_mul_sat(16, stride(graft__size_mul_sat(Cin, ld))));
+  s.u = take(&at, graft__size_mul_sat(4, graft__size_add_sat(rows, 4)));
+  s.e = take(&at, graft__size_mul_sat(8, s.p.TY));
+  s.q = take(&at, w ? graft__size_mul_sat(4, rows) : graft__size_mul_sat(4, Tn));
+  s.V = take(&at, graft__size_mul_sat(16, stride(graft__size_mul_sat(Cin, Tn))));
   s.M = take(&at, s.M_n);
-  s.q = take(&at, graft__size_mul_sat(
-                      4, w ? graft__size_mul_sat(s.p.TY, 2 * s.p.TX + 8) : Tn));
   s.total = at;
   return s;
 }
@@ -242,68 +243,88 @@ static inline void gr_cols_##S(const T *restrict u, int64_t n, T *restrict v0, T
                                                                                                    \
 /* V_xi [c][t0 + ty * TX + tx] = (B^T d B)_xi for the 4x4 block d at rows                          \
  * 2ty, columns 2tx of plane c of in (Cin planes of one image, offset by                           \
- * (ph, pw) in a zero plane); planes of V are vs apart, its rows ld.  A                            \
- * row of blocks is written in whole vectors of 4 (TX4 blocks): the extra                          \
- * ones land where the next row of blocks, the next image or the row's                             \
- * padding (ld - Tn >= 4) will be, and are overwritten or never read.                              \
- * B^T d runs over the whole plane before (B^T d) B reads it back, so the                          \
- * loads do not wait on the stores just made.  u holds TY x 4 rows of                              \
- * PW + 8 whose columns outside [pw, pw + W) the caller zeroed; zero holds                         \
- * W zeros. */                                                                                     \
-WINO_CLONES                                                                                        \
+ * (ph, pw) in a zero plane); planes of V are vs apart, its rows ld.                               \
+ *                                                                                                 \
+ * B^T d runs row of blocks by row of blocks into u, 4 planes (k) of TY rows                       \
+ * of 2 TX columns: so (B^T d) B is one pass over all TT blocks of a plane,                        \
+ * block t reading columns 2t .. 2t + 3.  A row's last block reads 2                               \
+ * columns past the row, kept apart in e (4 planes of TY x 2), and is redone                       \
+ * from them after the pass.  The caller zeroed u and e, whose columns                             \
+ * outside the input's stay zero; zero holds W zeros. */                                           \
+GRAFT__CONV_CLONES                                                                                 \
 static void input_##S(const wplane *p, const T *in, int64_t Cin, T *restrict V, int64_t vs,        \
-                      int64_t ld, int64_t t0, T *restrict u, const T *zero) {                      \
-  const int64_t L = p->PW + 8, TX4 = (p->TX + 3) / 4 * 4;                                          \
+                      int64_t ld, int64_t t0, T *restrict u, T *restrict e, const T *zero) {       \
+  const int64_t R = 2 * p->TX, us = p->TY * R + 4, es = 2 * p->TY; /* rows; planes */              \
+  /* the input's columns [pw, pw + W) in u's rows and in e */                                      \
+  const int64_t j1 = GRAFT__MIN(p->pw + p->W, R), e0 = GRAFT__MAX(p->pw, R) - R;                   \
+  const int64_t e1 = GRAFT__MAX(p->pw + p->W, R) - R;                                              \
   for (int64_t c = 0; c < Cin; c++) {                                                              \
     const T *plane = in + c * p->H * p->W;                                                         \
     for (int64_t ty = 0; ty < p->TY; ty++) {                                                       \
       const T *r[4]; /* the block rows' input rows, zero past the plane */                         \
       for (int k = 0; k < 4; k++) {                                                                \
         const int64_t ih = 2 * ty + k - p->ph;                                                     \
-        r[k] = ih >= 0 && ih < p->H ? plane + ih * p->W : zero;                                    \
+        r[k] = ih >= 0 && ih < p->H ? plane + ih * p->W - p->pw : zero - p->pw;                    \
       }                                                                                            \
-      T *o = u + 4 * ty * L + p->pw;                                                               \
-      in_rows_##S(r[0], r[1], r[2], r[3], p->W, o, o + L, o + 2 * L, o + 3 * L);                   \
+      T *o = u + ty * R;                                                                           \
+      in_rows_##S(r[0] + p->pw, r[1] + p->pw, r[2] + p->pw, r[3] + p->pw, j1 - p->pw,              \
+                  o + p->pw, o + us + p->pw, o + 2 * us + p->pw, o + 3 * us + p->pw);              \
+      for (int64_t j = e0; j < e1; j++) { /* columns 2 TX and 2 TX + 1 */                          \
+        const T *a = r[0] + R + j, *b = r[1] + R + j, *cc = r[2] + R + j, *d = r[3] + R + j;       \
+        T *x = e + 2 * ty + j;                                                                     \
+        x[0] = *a - *cc;                                                                           \
+        x[es] = *b + *cc;                                                                          \
+        x[2 * es] = *cc - *b;                                                                      \
+        x[3 * es] = *b - *d;                                                                       \
+      }                                                                                            \
     }                                                                                              \
     T *v = V + c * ld + t0;                                                                        \
-    for (int64_t ty = 0; ty < p->TY; ty++, v += p->TX)                                             \
-      for (int k = 0; k < 4; k++)                                                                  \
-        in_cols_##S(u + (4 * ty + k) * L, TX4, v + 4 * k * vs, v + (4 * k + 1) * vs,               \
-                    v + (4 * k + 2) * vs, v + (4 * k + 3) * vs);                                   \
+    for (int k = 0; k < 4; k++) {                                                                  \
+      const T *uk = u + k * us, *ek = e + k * es;                                                  \
+      T *v0 = v + 4 * k * vs, *v1 = v0 + vs, *v2 = v1 + vs, *v3 = v2 + vs;                         \
+      in_cols_##S(uk, p->TT, v0, v1, v2, v3);                                                      \
+      for (int64_t ty = 0; ty < p->TY; ty++) { /* the rows' last blocks */                         \
+        const int64_t t = ty * p->TX + p->TX - 1;                                                  \
+        const T a = uk[2 * t], b = uk[2 * t + 1], cc = ek[2 * ty], d = ek[2 * ty + 1];             \
+        v0[t] = a - cc;                                                                            \
+        v1[t] = b + cc;                                                                            \
+        v2[t] = cc - b;                                                                            \
+        v3[t] = b - d;                                                                             \
+      }                                                                                            \
+    }                                                                                              \
   }                                                                                                \
 }                                                                                                  \
                                                                                                    \
 /* Gt_xi [o][t0 + ty * TX + tx] = (A b A^T)_xi for the 2x2 block b at rows                         \
  * 2ty, columns 2tx of plane o of g (Og planes OH x OW of one image, zero                          \
- * past the edge); planes of Gt are gs apart, its rows ld, written as V's                          \
- * by input_.  With b = [a b; c d], A b has rows [a b], [a+c b+d],                                 \
- * [a-c b-d], [-c -d], and a row [r0 r1] times A^T is [r0, r0+r1, r0-r1,                           \
- * -r1].  ug holds TY x 4 rows of 2 TX + 8; zero, OW zeros. */                                     \
-WINO_CLONES                                                                                        \
+ * past the edge); planes of Gt are gs apart, its rows ld.  With                                   \
+ * b = [a b; c d], A b has rows [a b], [a+c b+d], [a-c b-d], [-c -d], and                          \
+ * a row [r0 r1] times A^T is [r0, r0+r1, r0-r1, -r1].  A b runs row of                            \
+ * blocks by row of blocks into u (4 planes of TY rows of 2 TX columns,                            \
+ * zeroed by the caller: an odd edge's column stays zero), then (A b) A^T                          \
+ * in one pass over the plane's blocks; zero holds OW zeros. */                                    \
+GRAFT__CONV_CLONES                                                                                 \
 static void grad_##S(const wplane *p, const T *g, int64_t Og, T *restrict Gt, int64_t gs,          \
-                     int64_t ld, int64_t t0, T *restrict ug, const T *zero) {                      \
-  const int64_t L = 2 * p->TX + 8, TX4 = (p->TX + 3) / 4 * 4;                                      \
+                     int64_t ld, int64_t t0, T *restrict u, const T *zero) {                       \
+  const int64_t R = 2 * p->TX, us = p->TY * R;                                                     \
   for (int64_t o = 0; o < Og; o++) {                                                               \
     const T *plane = g + o * p->OH * p->OW;                                                        \
     for (int64_t ty = 0; ty < p->TY; ty++) {                                                       \
       const T *r0 = plane + 2 * ty * p->OW;                                                        \
       const T *r1 = 2 * ty + 1 < p->OH ? r0 + p->OW : zero;                                        \
-      T *u = ug + 4 * ty * L;                                                                      \
-      gr_rows_##S(r0, r1, p->OW, u, u + L, u + 2 * L, u + 3 * L);                                  \
-      if (p->OW % 2) /* an odd edge: the last block's second column */                             \
-        u[p->OW] = u[L + p->OW] = u[2 * L + p->OW] = u[3 * L + p->OW] = 0;                         \
+      T *x = u + ty * R;                                                                           \
+      gr_rows_##S(r0, r1, p->OW, x, x + us, x + 2 * us, x + 3 * us);                               \
     }                                                                                              \
     T *v = Gt + o * ld + t0;                                                                       \
-    for (int64_t ty = 0; ty < p->TY; ty++, v += p->TX)                                             \
-      for (int k = 0; k < 4; k++)                                                                  \
-        gr_cols_##S(ug + (4 * ty + k) * L, TX4, v + 4 * k * gs, v + (4 * k + 1) * gs,              \
-                    v + (4 * k + 2) * gs, v + (4 * k + 3) * gs);                                   \
+    for (int k = 0; k < 4; k++)                                                                    \
+      gr_cols_##S(u + k * us, p->TT, v + 4 * k * gs, v + (4 * k + 1) * gs, v + (4 * k + 2) * gs,   \
+                  v + (4 * k + 3) * gs);                                                           \
   }                                                                                                \
 }                                                                                                  \
                                                                                                    \
 /* The 4 outputs of each of Tn blocks (A^T m A) from M_xi [Tn] (planes ms                          \
  * apart) into q0..q3 (rows 0 and 1 of the block, columns 0 and 1). */                             \
-WINO_CLONES                                                                                        \
+GRAFT__CONV_CLONES                                                                                 \
 static void block_out_##S(const T *restrict m, int64_t ms, int64_t Tn, T *restrict q0,             \
                           T *restrict q1, T *restrict q2, T *restrict q3) {                        \
   const T *restrict m0 = m, *restrict m1 = m0 + ms, *restrict m2 = m1 + ms;                        \
@@ -328,7 +349,7 @@ static void block_out_##S(const T *restrict m, int64_t ms, int64_t Tn, T *restri
 /* Output planes OH x OW of nb images (image i's Cout planes at out + i * os)                      \
  * from M_xi [Cout][Tn] (planes ms apart, left zero), cut at the planes'                           \
  * edge; q holds 4 * Tn. */                                                                        \
-WINO_CLONES                                                                                        \
+GRAFT__CONV_CLONES                                                                                 \
 static void output_##S(const wplane *p, T *M, int64_t ms, int64_t Cout, int64_t Tn,                \
                        int64_t nb, T *out, int64_t os, T *q) {                                     \
   T *q0 = q, *q1 = q0 + Tn, *q2 = q1 + Tn, *q3 = q2 + Tn;                                          \
@@ -336,7 +357,7 @@ static void output_##S(const wplane *p, T *M, int64_t ms, int64_t Cout, int64_t 
   for (int64_t o = 0; o < Cout; o++) {                                                             \
     block_out_##S(M + o * Tn, ms, Tn, q0, q1, q2, q3);                                             \
     for (int xi = 0; xi < 16; xi++) /* while its lines are at hand */                              \
-      memset(M + xi * ms + o * Tn, 0, (size_t)Tn * sizeof(T));                                     \
+      for (int64_t t = 0; t < Tn; t++) M[xi * ms + o * Tn + t] = 0;                                \
     for (int64_t i = 0; i < nb; i++)                                                               \
       for (int64_t ty = 0; ty < p->TY; ty++) {                                                     \
         const int64_t t = i * p->TT + ty * p->TX;                                                  \
@@ -359,22 +380,22 @@ static void output_##S(const wplane *p, T *M, int64_t ms, int64_t Cout, int64_t 
                                                                                                    \
 void graft__wino_##S(int op, const graft__conv_geom *g, int64_t O, T *x, T *w, T *y,               \
                      int64_t begin, int64_t end, T *scratch) {                                     \
-  const int64_t Og = O / g->G, Cg = g->Cg, nb0 = graft__wino_chunk(g, op), us = stride(Og * Cg);   \
+  const int64_t Og = O / g->G, Cg = g->Cg, nb0 = chunk(g, op), us = stride(Og * Cg);               \
   const wparts s = parts(g, op, O);                                                                \
   const wplane *p = &s.p;                                                                          \
-  T *zero = scratch + s.zero, *u = scratch + s.u, *V = scratch + s.V, *M = scratch + s.M;          \
-  T *U = scratch + s.U, *q = scratch + s.q;                                                        \
+  T *zero = scratch + s.zero, *u = scratch + s.u, *e = scratch + s.e, *V = scratch + s.V;          \
+  T *M = scratch + s.M, *U = scratch + s.U, *q = scratch + s.q;                                    \
   memset(zero, 0, (size_t)s.zero_n * sizeof(T));                                                   \
-  memset(u, 0, (size_t)s.u_n * sizeof(T));                                                         \
+  memset(u, 0, (size_t)(s.V - s.u) * sizeof(T)); /* u, e and q */                                  \
   if (op == GRAFT__OP_CONV2D_W) { /* units: groups; w is the output, U holds dU */                 \
     for (int64_t grp = begin; grp < end; grp++) {                                                  \
       memset(U, 0, (size_t)(16 * us) * sizeof(T));                                                 \
       for (int64_t n0 = 0; n0 < g->N; n0 += nb0) {                                                 \
-        const int64_t nb = GRAFT__MIN(nb0, g->N - n0), Tn = nb * p->TT, ld = Tn + 4;               \
+        const int64_t nb = GRAFT__MIN(nb0, g->N - n0), Tn = nb * p->TT, ld = Tn;                   \
         const int64_t vs = stride(Cg * ld), gs = stride(Og * ld);                                  \
         for (int64_t i = 0; i < nb; i++) {                                                         \
           input_##S(p, x + ((n0 + i) * g->C + grp * Cg) * g->H * g->W, Cg, V, vs, ld,              \
-                    i * p->TT, u, zero);                                                           \
+                    i * p->TT, u, e, zero);                                                        \
           grad_##S(p, y + ((n0 + i) * O + grp * Og) * g->OHW, Og, M, gs, ld, i * p->TT, q,         \
                    zero);                                                                          \
         }                                                                                          \
@@ -402,18 +423,20 @@ void graft__wino_##S(int op, const graft__conv_geom *g, int64_t O, T *x, T *w, T
   const int64_t ms = stride(Cout * nb0 * p->TT);                                                   \
   memset(M, 0, (size_t)s.M_n * sizeof(T));                                                         \
   for (int64_t unit = begin; unit < end; unit++) {                                                 \
-    const int64_t grp = unit % g->G, n0 = unit / g->G * nb0;                                       \
-    const int64_t nb = GRAFT__MIN(nb0, g->N - n0), Tn = nb * p->TT, ld = Tn + 4;                   \
-    const int64_t vs = stride(Cin * ld);                                                           \
+    const int64_t grp = unit % g->G, run = graft__wino_unit(g, op), r0 = unit / g->G * run;        \
     if (grp != have) weights_##S(w, Og, Cg, grp, !fwd, U, us);                                     \
     have = grp;                                                                                    \
-    for (int64_t i = 0; i < nb; i++)                                                               \
-      input_##S(p, in + (n0 + i) * in_is + grp * Cin * in_hw, Cin, V, vs, ld, i * p->TT, u,        \
-                zero);                                                                             \
-    for (int xi = 0; xi < 16; xi++)                                                                \
-      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Cout, (int)Tn, (int)Cin, 1,             \
-           U + xi * us, (int)Cin, V + xi * vs, (int)ld, 1, M + xi * ms, (int)Tn);                  \
-    output_##S(p, M, ms, Cout, Tn, nb, out + n0 * out_is + grp * Cout * out_hw, out_is, q);        \
+    for (int64_t n0 = r0; n0 < GRAFT__MIN(r0 + run, g->N); n0 += nb0) {                            \
+      const int64_t nb = GRAFT__MIN(nb0, GRAFT__MIN(r0 + run, g->N) - n0), Tn = nb * p->TT;        \
+      const int64_t ld = Tn, vs = stride(Cin * ld);                                                \
+      for (int64_t i = 0; i < nb; i++)                                                             \
+        input_##S(p, in + (n0 + i) * in_is + grp * Cin * in_hw, Cin, V, vs, ld, i * p->TT, u, e,   \
+                  zero);                                                                           \
+      for (int xi = 0; xi < 16; xi++)                                                              \
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Cout, (int)Tn, (int)Cin, 1,           \
+             U + xi * us, (int)Cin, V + xi * vs, (int)ld, 1, M + xi * ms, (int)Tn);                \
+      output_##S(p, M, ms, Cout, Tn, nb, out + n0 * out_is + grp * Cout * out_hw, out_is, q);      \
+    }                                                                                              \
   }                                                                                                \
 }
 

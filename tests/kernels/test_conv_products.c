@@ -3,8 +3,9 @@
  * shapes that take each of conv2d's kernel paths: im2col + gemm, and
  * Winograd F(2x2, 3x3) (3x3, unit stride and dilation, padding 0 to 2, at
  * least GRAFT__WINO_MIN_CH = 16 channels per group on both sides: odd and
- * even planes, groups, a batch that leaves a partial chunk, planes of one
- * block); f32 and f64; bitwise equal results on seq, ws x1 / x2 / x8 and
+ * even planes, groups, batches that leave a partial chunk and a partial
+ * run, planes of one block), and the 9-term loops of one input channel
+ * under 3x3; f32 and f64; bitwise equal results on seq, ws x1 / x2 / x8 and
  * omp at the default grain and at a small one (many tiles). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,11 +29,13 @@ static const prod_case k_cases[] = {
     {"winograd, padding 2, odd", 5, 17, 5, 6, 18, 3, 1, 2, 1, 1},
     {"winograd, two groups", 2, 32, 6, 5, 32, 3, 1, 1, 1, 2},
     {"winograd, one block per plane", 7, 16, 2, 2, 16, 3, 1, 1, 1, 1},
+    {"winograd, runs of images and a partial one", 19, 16, 14, 14, 16, 3, 1, 1, 1, 1},
     {"gemm, few channels", 2, 3, 8, 7, 5, 3, 1, 1, 1, 1},
     {"gemm, strided", 2, 16, 9, 9, 16, 3, 2, 1, 1, 1},
     {"gemm, dilated", 2, 16, 9, 8, 16, 3, 1, 2, 2, 1},
     {"gemm, padding 3", 1, 16, 4, 4, 16, 3, 1, 3, 1, 1},
-    {"gemm, one input channel", 3, 1, 28, 28, 16, 3, 1, 1, 1, 1},
+    {"nine terms, one input channel", 3, 1, 28, 28, 16, 3, 1, 1, 1, 1},
+    {"nine terms, strided, odd plane", 2, 1, 9, 7, 5, 3, 2, 0, 1, 1},
 };
 
 static int64_t out_dim(const prod_case *c, int64_t in) {
