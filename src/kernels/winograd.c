@@ -222,11 +222,12 @@ static inline void in_cols_##S(const T *restrict u, int64_t n, T *restrict v0, T
                                                                                                    \
 static inline void gr_rows_##S(const T *restrict a, const T *restrict c, int64_t n,                \
                                T *restrict o0, T *restrict o1, T *restrict o2, T *restrict o3) {   \
-  for (int64_t j = 0; j < n; j++) {                                                                \
-    o0[j] = a[j];                                                                                  \
-    o1[j] = a[j] + c[j];                                                                           \
-    o2[j] = a[j] - c[j];                                                                           \
-    o3[j] = -c[j];                                                                                 \
+  for (int64_t j = 0; j < n; j++) { /* o0 from o1 would not be exact: copied as o1's partner */    \
+    const T aj = a[j], cj = c[j];                                                                  \
+    o1[j] = aj + cj;                                                                               \
+    o2[j] = aj - cj;                                                                               \
+    o3[j] = -cj;                                                                                   \
+    o0[j] = aj;                                                                                    \
   }                                                                                                \
 }                                                                                                  \
                                                                                                    \
