@@ -60,6 +60,10 @@ graft_status graft__fail_in(const char *api, graft_status s);
  * the reason, naming api, in graft_last_errmsg (tensor.c). */
 graft_status graft__tensor_check(const char *api, graft_dtype dt, int rank, const int64_t *shape,
                                  int64_t *numel);
+/* graft_tensor_create without the zero fill, for a tensor whose every byte
+ * the caller writes before anyone reads it (a call's outputs). */
+graft_status graft__tensor_create_unfilled(graft_dtype dt, int rank, const int64_t *shape,
+                                           graft_tensor **out);
 
 /* "[256,784]" (symbols as "s0", "s1"); writes at most len bytes. */
 void graft__shape_str(char *buf, size_t len, int rank, const int64_t *dims);

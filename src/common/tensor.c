@@ -6,11 +6,15 @@
 struct graft_tensor {
   graft_dtype dtype;
   int rank;
-  int owns;
   int64_t numel;
   int64_t shape[GRAFT_MAX_RANK];
   void *data;
 };
+
+/* A tensor that owns its memory is one block: the handle, then the data
+ * from the next 64-byte boundary on (one allocation and one free per
+ * tensor: a call whose outputs graft allocates makes one each). */
+#define DATA_AT ((sizeof(graft_tensor) + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN)
 
 GRAFT_API size_t graft_dtype_size(graft_dtype dt) {
   switch (dt) {
@@ -66,6 +70,8 @@ graft_status graft__tensor_check(const char *api, graft_dtype dt, int rank, cons
   return GRAFT_OK;
 }
 
+/* owns: 0 wraps data; 1 allocates zero-filled memory; 2 allocates memory
+ * left as it comes (the caller writes every byte). */
 static graft_status make(const char *api, graft_dtype dt, int rank, const int64_t *shape,
                          void *data, int owns, graft_tensor **out) {
   if (!out) return graft__fail(GRAFT_EINVAL, "%s: out is NULL (expected a graft_tensor **)", api);
@@ -87,25 +93,26 @@ static graft_status make(const char *api, graft_dtype dt, int rank, const int64_
                        "multiple of %zu)", api, data, graft_dtype_name(dt), dtype_align(dt),
                        (size_t)((uintptr_t)data % dtype_align(dt)), dtype_align(dt));
   }
-  graft_tensor *t = graft__calloc(1, sizeof *t);
-  if (!t) return graft__fail(GRAFT_ENOMEM, "%s: out of memory for the tensor handle", api);
-  t->dtype = dt;
-  t->rank = rank;
-  t->numel = n;
-  if (rank) memcpy(t->shape, shape, (size_t)rank * sizeof *shape);
-  t->owns = owns;
-  if (owns) {
-    t->data = graft__aligned_alloc(bytes ? bytes : 1, GRAFT__ALIGN);
-    if (!t->data) {
-      graft__free(t);
+  graft_tensor *t;
+  if (!owns) {
+    t = graft__calloc(1, sizeof *t);
+    if (!t) return graft__fail(GRAFT_ENOMEM, "%s: out of memory for the tensor handle", api);
+    t->data = data;
+  } else {
+    t = bytes <= SIZE_MAX - DATA_AT ? graft__aligned_alloc(DATA_AT + bytes, GRAFT__ALIGN) : NULL;
+    if (!t) {
       graft__shape_str(shp, sizeof shp, rank, shape);
       return graft__fail(GRAFT_ENOMEM, "%s: out of memory for %s%s (%zu bytes)", api,
                          graft_dtype_name(dt), shp, bytes);
     }
-    memset(t->data, 0, bytes);
-  } else {
-    t->data = data;
+    memset(t, 0, sizeof *t);
+    t->data = (unsigned char *)t + DATA_AT;
+    if (owns == 1) memset(t->data, 0, bytes);
   }
+  t->dtype = dt;
+  t->rank = rank;
+  t->numel = n;
+  if (rank) memcpy(t->shape, shape, (size_t)rank * sizeof *shape);
   *out = t;
   return GRAFT_OK;
 }
@@ -115,15 +122,18 @@ GRAFT_API graft_status graft_tensor_create(graft_dtype dt, int rank, const int64
   return make("graft_tensor_create", dt, rank, shape, NULL, 1, out);
 }
 
+graft_status graft__tensor_create_unfilled(graft_dtype dt, int rank, const int64_t *shape,
+                                          graft_tensor **out) {
+  return make("graft_tensor_create", dt, rank, shape, NULL, 2, out);
+}
+
 GRAFT_API graft_status graft_tensor_wrap(graft_dtype dt, int rank, const int64_t *shape,
                                          void *data, graft_tensor **out) {
   return make("graft_tensor_wrap", dt, rank, shape, data, 0, out);
 }
 
 GRAFT_API void graft_tensor_destroy(graft_tensor *t) {
-  if (!t) return;
-  if (t->owns) graft__free(t->data);
-  graft__free(t);
+  graft__free(t); /* owned data is in the handle's block */
 }
 
 GRAFT_API void *graft_tensor_data(const graft_tensor *t) { return t ? t->data : NULL; }

@@ -22,10 +22,13 @@
  *
  * A runtime of one thread runs the plan's order on the calling thread: the
  * plan is numbered in exactly the order a lone worker takes (order.c), so
- * that is the same walk without its bookkeeping.  A team that ends up with
- * one thread anyway (or traces) runs the worker loop with no thieves: it
- * pops without the deque's fence and counts down without read-modify-write
- * instructions. */
+ * that is the same walk without its bookkeeping (and function.c does the
+ * same, at any thread count, for a plan no second worker could help).  A
+ * team that ends up with one thread anyway (or traces) runs the worker loop
+ * with no thieves: it pops without the deque's fence and counts down
+ * without read-modify-write instructions.  The calling thread resets every
+ * deque and counter before the region starts, so the team meets only at
+ * the region's end. */
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
@@ -366,7 +369,10 @@ static void backoff(struct graft__exec_state *s, unsigned *idle, int seen) {
  * after another, are cut into contiguous blocks, one per worker of the
  * domain, so neighbouring sources (siblings of one subtree) stay on one
  * worker.  (With fewer workers than parts, parts fold onto domains modulo.)
- * Each block is a range; pieces from several parts are pushed. */
+ * Each block is a range; pieces from several parts are pushed.  Blocks are
+ * cut rounding up, so the first workers get the larger ones: the calling
+ * thread (worker 0) runs already while the others wake, and a plan with
+ * one source starts on it at once. */
 static void seed(ctx *c, worker *me, local *l, int wid) {
   const graft__plan *p = c->p;
   int n = c->team, parts = GRAFT__MIN(p->n_parts, n);
@@ -379,7 +385,8 @@ static void seed(ctx *c, worker *me, local *l, int wid) {
     }
   int64_t total = 0;
   for (int k = my; k < p->n_parts; k += parts) total += p->src_off[k + 1] - p->src_off[k];
-  int64_t r = wid - lo, from = total * r / cnt, to = total * (r + 1) / cnt, j = 0;
+  int64_t r = wid - lo, from = (total * r + cnt - 1) / cnt, to = (total * (r + 1) + cnt - 1) / cnt;
+  int64_t j = 0;
   for (int k = my; k < p->n_parts && j < to; k += parts) {
     int64_t len = p->src_off[k + 1] - p->src_off[k];
     int64_t a = GRAFT__MAX(from, j), b = GRAFT__MIN(to, j + len);
@@ -475,46 +482,47 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
   atomic_store(&s->cancel, 0);
   atomic_store(&s->status, GRAFT_OK);
   atomic_store(&s->hungry, 0);
-  ctx c = {p, rt, s, nt, nt == 1, rt->trace != NULL, rt->trace ? graft__chrome_epoch(rt->trace) : 0};
+  /* Every deque, done count and counter a worker may touch is reset here,
+   * before the team starts (which publishes it to the team), so the team
+   * meets only at the region's end: no barrier before the work. */
+  for (int i = 0; i < nt; i++) {
+    worker *w = &s->w[i];
+    graft__deque_reset(&w->dq);
+    graft__deque_reset(&w->later);
+    atomic_store_explicit(&w->done, 0, memory_order_relaxed);
+    w->steals = 0;
+    w->tr.n = 0;
+  }
+  if (s->dirty)
+    for (uint32_t i = 0; i < p->n_order; i++) {
+      atomic_store_explicit(&s->pending[i], p->npred[i], memory_order_relaxed);
+      atomic_store_explicit(&s->tiles_left[i], p->tiling[i].n, memory_order_relaxed);
+    }
+  const ctx c = {p, rt, s, nt, nt == 1, rt->trace != NULL, rt->trace ? graft__chrome_epoch(rt->trace) : 0};
   const int caller_pu = rt->worker_pu ? graft__runtime_caller_pu() : -1;
+  int team = nt; /* the team OpenMP gave (written by worker 0) */
 
 #pragma omp parallel num_threads(nt)
   {
+    /* Each worker's own copy, with the team's size (the same in all). */
+    ctx mine = c;
+    mine.team = omp_get_num_threads();
+    mine.solo = mine.team == 1;
     int wid = omp_get_thread_num();
-#pragma omp single
-    {
-      c.team = omp_get_num_threads();
-      c.solo = c.team == 1;
-    }
-    graft__topology_bind_worker(rt, wid, c.team, caller_pu);
-    worker *me = &s->w[wid];
-    graft__deque_reset(&me->dq);
-    graft__deque_reset(&me->later);
-    atomic_store_explicit(&me->done, 0, memory_order_relaxed);
-    me->steals = 0;
-    me->tr.n = 0;
-    if (s->dirty) {
-#pragma omp for schedule(static) nowait
-      for (int64_t i = 0; i < (int64_t)p->n_order; i++) {
-        atomic_store_explicit(&s->pending[i], p->npred[i], memory_order_relaxed);
-        atomic_store_explicit(&s->tiles_left[i], p->tiling[i].n, memory_order_relaxed);
-      }
-    }
-    /* Nobody steals from a deque or reads a done count before its owner
-     * reset it (the barrier also publishes reset counters). */
-#pragma omp barrier
-    worker_main(&c, wid);
+    if (wid == 0) team = mine.team;
+    graft__topology_bind_worker(rt, wid, mine.team, caller_pu);
+    worker_main(&mine, wid);
   }
 
-  for (int i = 0; i < c.team; i++) {
+  for (int i = 0; i < team; i++) {
     graft__deque_reclaim(&s->w[i].dq);
     graft__deque_reclaim(&s->w[i].later);
   }
   if (c.tracing)
-    for (int i = 0; i < c.team; i++)
+    for (int i = 0; i < team; i++)
       graft__exec_trace_write(rt, p, &s->w[i].tr);
   int64_t steals = 0;
-  for (int i = 0; i < c.team; i++) steals += s->w[i].steals;
+  for (int i = 0; i < team; i++) steals += s->w[i].steals;
   p->stats.steals = steals;
   graft_status st = (graft_status)atomic_load(&s->status);
   /* A failed call stops with counters part way down. */

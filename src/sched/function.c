@@ -31,6 +31,7 @@ typedef struct plan_entry {
   graft__graph *g;
   sigkey key;
   uint64_t tick;
+  int alone;   /* runs on the calling thread whatever the team (runs_alone) */
 } plan_entry;
 
 struct graft_function {
@@ -202,10 +203,28 @@ GRAFT_API void graft_function_destroy(graft_function *f) {
 
 /* ---- signatures -------------------------------------------------------- */
 
-static graft_status make_key(int n, graft_tensor *const *in, sigkey *k) {
+/* A call's scratch arrays: a stack buffer of the caller's when the need
+ * fits (a call with a few inputs, outputs and variables allocates nothing),
+ * else the heap; free with scratch_free. */
+static void *scratch_get(void *stack, size_t stack_bytes, size_t need) {
+  return need <= stack_bytes ? stack : graft__malloc(need ? need : 1);
+}
+
+static void scratch_free(void *p, const void *stack) {
+  if (p != stack) graft__free(p);
+}
+
+/* Tensors (inputs, outputs, variables) a call handles in stack buffers
+ * (a training step of a few layers with Adam's moments fits), and the
+ * counts it compares pair by pair rather than sorting (fewer steps). */
+#define SMALL_CALL 64
+#define FEW_PAIRS 16
+
+/* The key of in[] in k->v: buf (cap bytes) or allocated (scratch_get). */
+static graft_status make_key(int n, graft_tensor *const *in, int64_t *buf, size_t cap, sigkey *k) {
   int64_t len = 0;
   for (int i = 0; i < n; i++) len += 2 + graft_tensor_rank(in[i]);
-  k->v = graft__malloc((size_t)(len ? len : 1) * sizeof *k->v);
+  k->v = scratch_get(buf, cap, (size_t)len * sizeof *k->v);
   if (!k->v) return GRAFT_ENOMEM;
   k->len = 0;
   for (int i = 0; i < n; i++) {
@@ -228,9 +247,6 @@ static graft_status check_inputs(graft_function *f, int n_in, graft_tensor *cons
   for (int i = 0; i < n_in; i++) {
     if (!in[i]) return failf(f, GRAFT_EINVAL, "%s: input %d is NULL", f->name, i);
     if (!f->has_sig) continue;
-    char want[96], got[96];
-    graft__shape_str(want, sizeof want, f->sig_ranks[i], &f->sig_dims[i * GRAFT_MAX_RANK]);
-    graft__shape_str(got, sizeof got, graft_tensor_rank(in[i]), graft_tensor_shape(in[i]));
     if (graft_tensor_dtype(in[i]) != f->sig_dtypes[i])
       return failf(f, GRAFT_EDTYPE, "%s: input %d is %s, the signature says %s", f->name, i,
                    graft_dtype_name(graft_tensor_dtype(in[i])), graft_dtype_name(f->sig_dtypes[i]));
@@ -239,9 +255,13 @@ static graft_status check_inputs(graft_function *f, int n_in, graft_tensor *cons
       int64_t s = f->sig_dims[i * GRAFT_MAX_RANK + d];
       bad = s >= 0 && s != graft_tensor_shape(in[i])[d];
     }
-    if (bad)
+    if (bad) {
+      char want[96], got[96];
+      graft__shape_str(want, sizeof want, f->sig_ranks[i], &f->sig_dims[i * GRAFT_MAX_RANK]);
+      graft__shape_str(got, sizeof got, graft_tensor_rank(in[i]), graft_tensor_shape(in[i]));
       return failf(f, GRAFT_ESHAPE, "%s: input %d has shape %s, the signature says %s (-1: any)",
                    f->name, i, got, want);
+    }
   }
   return GRAFT_OK;
 }
@@ -369,12 +389,31 @@ static graft_status get_graph(graft_function *f, graft_tensor *const *in, const 
   return GRAFT_OK;
 }
 
+/* A plan no second worker can help: one task; at most one grain of work in
+ * all (the tiler keeps that much work in one task, and starting and ending
+ * the team costs about what sharing it could save); or a chain of
+ * single-tile nodes, each order position a successor of the one before,
+ * so no two tasks can ever run at once.  Running it on the calling thread
+ * is the sequential executor's walk: the same tiles, the same bits. */
+static int runs_alone(const graft__plan *p, int64_t grain) {
+  if (p->n_tasks <= 1 || p->stats.work <= grain) return 1;
+  if (p->n_tasks != (int64_t)p->n_order) return 0;
+  for (uint32_t i = 0; i + 1 < p->n_order; i++) {
+    int linked = 0;
+    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1] && !linked; e++)
+      linked = p->succ[e] == i + 1;
+    if (!linked) return 0;
+  }
+  return 1;
+}
+
 static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *const *in,
-                             const sigkey *key, graft__plan **out) {
+                             const sigkey *key, graft__plan **out, int *alone) {
   for (int i = 0; i < f->n_plans; i++) {
     if (f->plans[i].g == g && key_eq(&f->plans[i].key, key)) {
       f->plans[i].tick = ++f->tick;
       *out = f->plans[i].p;
+      *alone = f->plans[i].alone;
       return GRAFT_OK;
     }
   }
@@ -392,7 +431,8 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
   memcpy(copy.v, key->v, (size_t)key->len * sizeof *copy.v);
   if (f->n_plans == f->capacity)
     drop_plan(f, oldest_plan(f));
-  f->plans[f->n_plans++] = (plan_entry){p, g, copy, ++f->tick};
+  *alone = runs_alone(p, f->rt->cfg.grain);
+  f->plans[f->n_plans++] = (plan_entry){p, g, copy, ++f->tick, *alone};
   *out = p;
   return GRAFT_OK;
 }
@@ -417,15 +457,22 @@ static int by_range(const void *a, const void *b) {
   return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* x's bits in out_hit / var_hit (an input has none). */
+static uint8_t *hit_of(const range *x, uint8_t *out_hit, uint8_t *var_hit) {
+  return x->set == SET_OUT ? &out_hit[x->idx] : x->set == SET_VAR ? &var_hit[x->idx] : NULL;
+}
+
 /* hit[SET_OUT][i] and hit[SET_VAR][k]: bit s set when output destination i
  * (variable k's tensor) shares bytes with a tensor of set s, another set.
- * A sort and two sweeps (the largest end of each set before a range, the
- * smallest start after it), not a test of every pair: a call with
- * thousands of outputs and variables stays cheap. */
+ * A few ranges are compared pair by pair; more take a sort and two sweeps
+ * (the largest end of each set before a range, the smallest start after
+ * it), not a test of every pair: a call with thousands of outputs and
+ * variables stays cheap. */
 static graft_status clashes(const graft__graph *g, int n_in, graft_tensor *const *in, int n_out,
                             graft_tensor *const *dst, uint8_t *out_hit, uint8_t *var_hit) {
   int64_t n = (int64_t)n_in + n_out + g->n_vars, m = 0;
-  range *r = graft__malloc((size_t)(n ? n : 1) * sizeof *r);
+  range few[SMALL_CALL];
+  range *r = scratch_get(few, sizeof few, (size_t)n * sizeof *r);
   if (!r) return GRAFT_ENOMEM;
   for (int64_t k = 0; k < n; k++) {
     int set = k < n_in ? SET_IN : k < n_in + n_out ? SET_OUT : SET_VAR;
@@ -437,6 +484,18 @@ static graft_status clashes(const graft__graph *g, int n_in, graft_tensor *const
   }
   for (int i = 0; i < n_out; i++) out_hit[i] = 0;
   for (int64_t k = 0; k < g->n_vars; k++) var_hit[k] = 0;
+  if (m <= FEW_PAIRS) {
+    for (int64_t q = 0; q < m; q++)
+      for (int64_t u = q + 1; u < m; u++) {
+        const range *x = &r[q], *y = &r[u];
+        if (x->set == y->set || x->lo >= y->hi || y->lo >= x->hi) continue;
+        uint8_t *hx = hit_of(x, out_hit, var_hit), *hy = hit_of(y, out_hit, var_hit);
+        if (hx) *hx |= (uint8_t)(1u << y->set);
+        if (hy) *hy |= (uint8_t)(1u << x->set);
+      }
+    scratch_free(r, few);
+    return GRAFT_OK;
+  }
   qsort(r, (size_t)m, sizeof *r, by_range);
   uintptr_t edge[N_SETS];
   for (int pass = 0; pass < 2; pass++) {
@@ -446,18 +505,37 @@ static graft_status clashes(const graft__graph *g, int n_in, graft_tensor *const
       uint8_t hit = 0;
       for (int s = 0; s < N_SETS; s++)
         if (s != x->set && (pass ? edge[s] < x->hi : edge[s] > x->lo)) hit |= (uint8_t)(1u << s);
-      if (x->set == SET_OUT) out_hit[x->idx] |= hit;
-      if (x->set == SET_VAR) var_hit[x->idx] |= hit;
+      uint8_t *hx = hit_of(x, out_hit, var_hit);
+      if (hx) *hx |= hit;
       edge[x->set] = pass ? GRAFT__MIN(edge[x->set], x->lo) : GRAFT__MAX(edge[x->set], x->hi);
     }
   }
-  graft__free(r);
+  scratch_free(r, few);
   return GRAFT_OK;
 }
 
 static int by_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
+}
+
+/* direct[i] = 0 for an output whose node an earlier output is too: only
+ * the first of them is written straight into its tensor.  A few are
+ * compared pair by pair, more sorted by (node, i). */
+static graft_status first_of_each_node(const graft__graph *g, int n_out, uint8_t *direct) {
+  if (n_out <= FEW_PAIRS) {
+    for (int q = 1; q < n_out; q++)
+      for (int u = 0; u < q && direct[q]; u++) direct[q] = g->outputs[u] != g->outputs[q];
+    return GRAFT_OK;
+  }
+  uint64_t *ids = graft__malloc((size_t)n_out * sizeof *ids);
+  if (!ids) return GRAFT_ENOMEM;
+  for (int i = 0; i < n_out; i++) ids[i] = (uint64_t)g->outputs[i] << 32 | (uint32_t)i;
+  qsort(ids, (size_t)n_out, sizeof *ids, by_u64);
+  for (int q = 1; q < n_out; q++)
+    if (ids[q] >> 32 == ids[q - 1] >> 32) direct[(uint32_t)ids[q]] = 0;
+  graft__free(ids);
+  return GRAFT_OK;
 }
 
 static size_t view_bytes(const graft__tview *v) {
@@ -472,19 +550,20 @@ static graft_status prepare_outputs(graft_function *f, graft__plan *p, graft_ten
     const graft__tview *v = graft__plan_view(p, g->outputs[i]);
     mine[i] = NULL;
     if (out[i]) {
-      char want[96], got[96];
-      graft__shape_str(want, sizeof want, v->rank, v->shape);
-      graft__shape_str(got, sizeof got, graft_tensor_rank(out[i]), graft_tensor_shape(out[i]));
       if (graft_tensor_dtype(out[i]) != v->dtype)
         return failf(f, GRAFT_EDTYPE, "%s: output %d tensor is %s, the output is %s", f->name, i,
                      graft_dtype_name(graft_tensor_dtype(out[i])), graft_dtype_name(v->dtype));
       if (graft_tensor_rank(out[i]) != v->rank ||
-          memcmp(graft_tensor_shape(out[i]), v->shape, (size_t)v->rank * sizeof(int64_t)))
+          memcmp(graft_tensor_shape(out[i]), v->shape, (size_t)v->rank * sizeof(int64_t))) {
+        char want[96], got[96];
+        graft__shape_str(want, sizeof want, v->rank, v->shape);
+        graft__shape_str(got, sizeof got, graft_tensor_rank(out[i]), graft_tensor_shape(out[i]));
         return failf(f, GRAFT_ESHAPE, "%s: output %d tensor has shape %s, the output is %s",
                      f->name, i, got, want);
+      }
       continue;
     }
-    if (graft_tensor_create(v->dtype, v->rank, v->shape, &mine[i]))
+    if (graft__tensor_create_unfilled(v->dtype, v->rank, v->shape, &mine[i]))
       return failf(f, GRAFT_ENOMEM, "%s: out of memory allocating output %d", f->name, i);
   }
   return GRAFT_OK;
@@ -536,11 +615,17 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
    * were. */
   int may_fail = p->fallible || graft__exec_fault_hook != NULL;
   int n_out = f->n_outputs;
-  uint8_t *var_hit = graft__malloc((size_t)(g->n_vars ? g->n_vars : 1));
-  uint64_t *ids = graft__malloc((size_t)(n_out ? n_out : 1) * sizeof *ids);
-  if (!var_hit || !ids || clashes(g, f->n_inputs, in, n_out, dst, direct, var_hit)) {
-    graft__free(var_hit);
-    graft__free(ids);
+  uint8_t few_hits[SMALL_CALL];
+  uint8_t *var_hit = scratch_get(few_hits, sizeof few_hits, (size_t)g->n_vars);
+  if (!var_hit || clashes(g, f->n_inputs, in, n_out, dst, direct, var_hit)) {
+    scratch_free(var_hit, few_hits); /* (NULL: nothing) */
+    return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  }
+  /* Outputs: straight into the destination unless it shares bytes with an
+   * input or a variable, and only the first of outputs that are one node. */
+  for (int i = 0; i < n_out; i++) direct[i] = !(direct[i] & ((1u << SET_IN) | (1u << SET_VAR)));
+  if (first_of_each_node(g, n_out, direct)) {
+    scratch_free(var_hit, few_hits);
     return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
   }
   /* Assigns the plan allows go straight into their variable (the plan
@@ -568,8 +653,7 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
     view->data = p->arena + p->offset[id];
     if (!dir && p->unstaged[id]) {
       if (fallback_at + view_bytes(view) > p->fallback_bytes && grow_fallback(p)) {
-        graft__free(var_hit);
-        graft__free(ids);
+        scratch_free(var_hit, few_hits);
         return failf(f, GRAFT_ENOMEM, "%s: out of memory staging an optimizer step", f->name);
       }
       view->data = (unsigned char *)p->fallback + fallback_at;
@@ -581,20 +665,12 @@ static graft_status bind(graft_function *f, graft__plan *p, graft_tensor *const 
       ((graft__tview *)ka->in[ka->n_in + j])->data =
           dir ? graft_tensor_data(vs[j]->value) : (unsigned char *)view->data + (size_t)j * slice;
   }
-  /* Outputs: straight into the destination unless it shares bytes with an
-   * input or a variable, and only the first of outputs that are one node. */
-  for (int i = 0; i < n_out; i++) ids[i] = (uint64_t)g->outputs[i] << 32 | (uint32_t)i;
-  qsort(ids, (size_t)n_out, sizeof *ids, by_u64);
-  for (int i = 0; i < n_out; i++) direct[i] = !(direct[i] & ((1u << SET_IN) | (1u << SET_VAR)));
-  for (int q = 1; q < n_out; q++)
-    if (ids[q] >> 32 == ids[q - 1] >> 32) direct[(uint32_t)ids[q]] = 0;
   for (int i = 0; i < n_out; i++) {
     uint32_t id = g->outputs[i];
     direct[i] = direct[i] && !may_fail && p->offset[id] != SIZE_MAX;
     if (direct[i]) graft__plan_view(p, id)->data = graft_tensor_data(dst[i]);
   }
-  graft__free(var_hit);
-  graft__free(ids);
+  scratch_free(var_hit, few_hits);
   return GRAFT_OK;
 }
 
@@ -620,10 +696,18 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
   }
 }
 
-static graft_status execute(graft_function *f, graft__plan *p) {
+/* A plan that runs alone skips the team (waking it and waiting for it at
+ * the end cost microseconds) unless a trace wants the workers' slices;
+ * the OpenMP-task baseline always starts its team. */
+static graft_status execute(graft_function *f, graft__plan *p, int alone) {
   switch (f->rt->cfg.sched) {
   case GRAFT__SCHED_SEQ: return graft__exec_seq(p, f->msg);
-  case GRAFT__SCHED_WS: return graft__exec_ws(p, f->rt, f->msg);
+  case GRAFT__SCHED_WS:
+    if (alone && !f->rt->trace) {
+      p->stats.steals = 0;
+      return graft__exec_seq(p, f->msg);
+    }
+    return graft__exec_ws(p, f->rt, f->msg);
   case GRAFT__SCHED_OMP: return graft__exec_omp(p, f->rt, f->msg);
   }
   return GRAFT_EINTERNAL;
@@ -642,23 +726,30 @@ static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const
   if (!out) return failf(f, GRAFT_EINVAL, "%s: output array is NULL", f->name);
 
   sigkey key;
-  if (make_key(n_in, in, &key)) return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  int64_t few_dims[4 * SMALL_CALL];
+  if (make_key(n_in, in, few_dims, sizeof few_dims, &key))
+    return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
   graft__graph *g = NULL;
   graft__plan *p = NULL;
+  int alone = 0;
   st = get_graph(f, in, &key, &g);
-  if (!st) st = get_plan(f, g, in, &key, &p);
-  graft__free(key.v);
+  if (!st) st = get_plan(f, g, in, &key, &p, &alone);
+  scratch_free(key.v, few_dims);
   if (st) return st;
   f->last_graph = g;
 
-  graft_tensor **mine = graft__calloc((size_t)n_out, sizeof *mine + sizeof(graft_tensor *) + 1);
+  /* mine[n_out], dst[n_out], direct[n_out] */
+  graft_tensor *few_out[3 * SMALL_CALL];
+  graft_tensor **mine = scratch_get(few_out, sizeof few_out,
+                                    (size_t)n_out * (sizeof *mine + sizeof(graft_tensor *) + 1));
   if (!mine) return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  memset(mine, 0, (size_t)n_out * sizeof *mine); /* a failed prepare_outputs frees them all */
   graft_tensor **dst = mine + n_out;
   uint8_t *direct = (uint8_t *)(dst + n_out);
   st = prepare_outputs(f, p, out, mine);
   for (int i = 0; i < n_out; i++) dst[i] = out[i] ? out[i] : mine[i];
   if (!st) st = bind(f, p, in, dst, direct);
-  if (!st) st = execute(f, p);
+  if (!st) st = execute(f, p, alone);
   if (!st) {
     commit(f, p, dst, direct);
     for (int i = 0; i < n_out; i++)
@@ -667,7 +758,7 @@ static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const
   } else {
     for (int i = 0; i < n_out; i++) graft_tensor_destroy(mine[i]);
   }
-  graft__free(mine);
+  scratch_free(mine, few_out);
   return st;
 }
 
@@ -744,3 +835,9 @@ GRAFT_API graft_status graft_function_write_dot(graft_function *f, FILE *to) {
 
 /* For tests: the plan of the last successful call (NULL before one). */
 const graft__plan *graft__function_plan(const graft_function *f) { return f ? f->last_plan : NULL; }
+
+int graft__function_plan_alone(const graft_function *f) {
+  for (int i = 0; f && i < f->n_plans; i++)
+    if (f->plans[i].p == f->last_plan) return f->plans[i].alone;
+  return 0;
+}

@@ -286,6 +286,10 @@ static inline int graft__runtime_worker_domain(const graft_runtime *rt, int w, i
 
 /* For tests: the plan of f's last successful call, or NULL. */
 const graft__plan *graft__function_plan(const graft_function *f);
+/* For tests: 1 when that plan runs alone (no second worker can help it:
+ * function.c), so the work-stealing executor runs it on the calling thread
+ * without starting the team; 0 otherwise or without a plan. */
+int graft__function_plan_alone(const graft_function *f);
 
 /* ---- topology (hwloc) ----------------------------------------------------- */
 /* Load the topology cfg names (or this machine).  msg on failure. */
