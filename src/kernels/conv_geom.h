@@ -10,7 +10,17 @@
  * built for AVX2, and the loader picks the build the CPU runs (an ifunc):
  * twice the vector width for the same operations in the same order (no
  * FMA contraction in C11 mode), so the same bits either way. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GRAFT__CONV_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define GRAFT__CONV_TSAN 1
+#endif
+/* (Not under ThreadSanitizer: the clones' ifunc resolvers run before the
+ * sanitizer's runtime starts, and their instrumentation crashes there.) */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(GRAFT__CONV_TSAN)
 #define GRAFT__CONV_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define GRAFT__CONV_CLONES
