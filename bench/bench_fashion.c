@@ -18,9 +18,9 @@
  *              dW of the 3 layers, dX of layers 2 and 3), each one
  *              cblas_sgemm call with the backward's shapes and transposes,
  *              BLAS held to one thread;
- *   adam_c     a plain-C Adam update of the same 235,146 parameters (what
- *              the bound leaves out and every Adam step must do: reading
- *              w, g, m, v and writing w, m, v);
+ *   adam_c     a plain-C Adam update of the same parameters (bench_adam:
+ *              what the bound leaves out and every Adam step must do:
+ *              reading w, g, m, v and writing w, m, v);
  *   fill       gathering and normalizing 64 images into a batch
  *              (fm_batch_fill, done by the demo between steps).
  * ratio: gemm8 / step (the fraction of the GEMM bound's throughput the step
@@ -57,15 +57,9 @@
 #define MIN_REPS 5
 #define DEFAULT_REPS 15
 #define REP_US 30000.0
-#define MAX_GEMMS 11
 
 enum { C_STEP_WS1, C_STEP_WS2, C_STEP_SEQ, C_GEMMS, C_ADAM_C, C_FILL, N_CONFIGS };
 static const int THREADS[N_CONFIGS] = {1, 2, 1, 1, 1, 1};
-
-/* One GEMM of the bound: C [m, n] = op(A) op(B), op(A) [m, k]. */
-typedef struct gemm_shape {
-  int ta, tb, m, n, k;
-} gemm_shape;
 
 /* What differs between the two models: the bound's GEMMs and the target
  * (the MLP's on ratio, the CNN's on vs_pytorch). */
@@ -73,7 +67,7 @@ typedef struct bench_model {
   fm_arch arch;
   const char *name, *bound; /* the bound's row name */
   int n_gemms;
-  gemm_shape gemms[MAX_GEMMS];
+  bench_gemm gemms[BENCH_MAX_GEMMS];
   double pytorch_ips, target_ratio, target_vs_pytorch;
 } bench_model;
 
@@ -130,9 +124,9 @@ typedef struct ctx {
   graft_runtime *rt[3]; /* ws/1, ws/2, seq/1 */
   fm_model m[3];        /* one model per runtime, same seed */
   graft_tensor *in[2], *out[3][2];
-  float *ga[MAX_GEMMS], *gb[MAX_GEMMS], *gc[MAX_GEMMS]; /* each GEMM's operands and result */
-  float *aw, *ag, *am, *av;                             /* adam_c state */
-  int64_t n_params, adam_t;
+  bench_gemm_set gemms; /* the bound */
+  bench_adam adam;      /* adam_c */
+  int64_t n_params;
   int calls[N_CONFIGS];
 } ctx;
 
@@ -171,31 +165,6 @@ static int step(ctx *c, int k) {
   return bench_report(s, "graft_function_call (step)", c->m[k].step);
 }
 
-/* The bound: each GEMM of the model once, BLAS on one thread. */
-static void gemms(ctx *c) {
-  for (int i = 0; i < c->model->n_gemms; i++) {
-    const gemm_shape *g = &c->model->gemms[i];
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
-                g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, c->ga[i],
-                g->ta ? g->m : g->k, c->gb[i], g->tb ? g->k : g->n, 0.0f, c->gc[i], g->n);
-  }
-}
-
-/* PyTorch's Adam (lr 1e-3, betas 0.9 / 0.999, eps 1e-8), fused. */
-static void adam_c(ctx *c) {
-  c->adam_t++;
-  const float b1 = 0.9f, b2 = 0.999f, lr = 1e-3f, eps = 1e-8f;
-  const float c1 = lr / (1.0f - powf(b1, (float)c->adam_t)),
-              c2 = 1.0f / sqrtf(1.0f - powf(b2, (float)c->adam_t));
-  float *w = c->aw, *m = c->am, *v = c->av;
-  const float *g = c->ag;
-  for (int64_t i = 0; i < c->n_params; i++) {
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    w[i] -= c1 * m[i] / (sqrtf(v[i]) * c2 + eps);
-  }
-}
-
 static int run_one(void *user, int cfg) {
   ctx *c = user;
   for (int i = 0; i < c->calls[cfg]; i++) {
@@ -209,8 +178,8 @@ static int run_one(void *user, int cfg) {
     case C_STEP_SEQ:
       if (step(c, 2)) return -1;
       break;
-    case C_GEMMS: gemms(c); break;
-    case C_ADAM_C: adam_c(c); break;
+    case C_GEMMS: bench_gemm_set_run(&c->gemms); break;
+    case C_ADAM_C: bench_adam_step(&c->adam, 1e-3f); break;
     case C_FILL: fm_batch_fill(&c->data, c->idx, BATCH, c->x, c->labels); break;
     }
   }
@@ -252,24 +221,8 @@ static int build(ctx *c) {
   }
   for (int i = 0; i < c->m[0].n_params; i++)
     c->n_params += graft_tensor_numel(graft_variable_value(c->m[0].params[i]));
-  for (int i = 0; i < c->model->n_gemms; i++) {
-    const gemm_shape *g = &c->model->gemms[i];
-    const int64_t na = (int64_t)g->m * g->k, nb = (int64_t)g->k * g->n;
-    c->ga[i] = bench_alloc_f32(na);
-    c->gb[i] = bench_alloc_f32(nb);
-    c->gc[i] = bench_alloc_f32((int64_t)g->m * g->n);
-    if (!c->ga[i] || !c->gb[i] || !c->gc[i]) return bench_oom();
-    bench_fill_f32(c->ga[i], na, 20 + (uint64_t)i, 1.0f);
-    bench_fill_f32(c->gb[i], nb, 40 + (uint64_t)i, 0.05f);
-  }
-  c->aw = bench_alloc_f32(c->n_params);
-  c->ag = bench_alloc_f32(c->n_params);
-  c->am = bench_alloc_f32(c->n_params);
-  c->av = bench_alloc_f32(c->n_params);
-  if (!c->aw || !c->ag || !c->am || !c->av) return bench_oom();
-  bench_fill_f32(c->aw, c->n_params, 50, 0.05f);
-  bench_fill_f32(c->ag, c->n_params, 51, 0.01f);
-  return 0;
+  if (bench_gemm_set_init(&c->gemms, c->model->gemms, c->model->n_gemms)) return -1;
+  return bench_adam_init(&c->adam, c->n_params);
 }
 
 static void cleanup(ctx *c) {
@@ -279,8 +232,8 @@ static void cleanup(ctx *c) {
     graft_runtime_destroy(c->rt[k]);
   }
   for (int i = 0; i < 2; i++) graft_tensor_destroy(c->in[i]);
-  for (int i = 0; i < MAX_GEMMS; i++) free(c->ga[i]), free(c->gb[i]), free(c->gc[i]);
-  free(c->aw), free(c->ag), free(c->am), free(c->av);
+  bench_gemm_set_free(&c->gemms);
+  bench_adam_free(&c->adam);
   free(c->x);
   idx_dataset_free(&c->data);
 }

@@ -9,7 +9,10 @@
  * adjoints, so their VJP and JVP rules are the three again and gradients of
  * any order stay within them.  The columns live in per-tile scratch the
  * plan reserves (sched/tiles.c), one image at a time, so they stay in
- * cache and cost no arena bytes.
+ * cache and cost no arena bytes.  The kernels pick faster ways to the
+ * same three products by shape: Winograd F(2x2, 3x3) for 3x3 unit-stride
+ * sweeps with 16 or more channels per group (kernels/winograd.c), 9-term
+ * loops for one input channel under 3x3 (kernels/conv.c).
  *
  * avg_pool2d is the mean over the windows of im2col (channels folded into
  * the batch), so it counts padding as zeros and always divides by KH * KW

@@ -357,8 +357,9 @@ static void output_##S(const wplane *p, T *M, int64_t ms, int64_t Cout, int64_t 
   const int64_t full = p->OW / 2, OHW = p->OH * p->OW;                                             \
   for (int64_t o = 0; o < Cout; o++) {                                                             \
     block_out_##S(M + o * Tn, ms, Tn, q0, q1, q2, q3);                                             \
-    for (int xi = 0; xi < 16; xi++) /* while its lines are at hand */                              \
-      for (int64_t t = 0; t < Tn; t++) M[xi * ms + o * Tn + t] = 0;                                \
+    if (o % 8 == 7 || o == Cout - 1) /* a few channels' lines, while at hand */                    \
+      for (int xi = 0; xi < 16; xi++)                                                              \
+        memset(M + xi * ms + o / 8 * 8 * Tn, 0, (size_t)((o % 8 + 1) * Tn) * sizeof(T));           \
     for (int64_t i = 0; i < nb; i++)                                                               \
       for (int64_t ty = 0; ty < p->TY; ty++) {                                                     \
         const int64_t t = i * p->TT + ty * p->TX;                                                  \
