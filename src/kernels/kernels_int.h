@@ -122,7 +122,8 @@ const char *graft__blas_core_hint(const char *core, int avx2, int avx512);
 const char *graft__blas_hint(void);
 
 /* The units of conv2d's kernels (kernels/conv.c): images x groups for
- * CONV2D and CONV2D_X, groups for CONV2D_W; and image planes (N x C) for
+ * CONV2D and CONV2D_X (runs of images x groups on the Winograd path,
+ * kernels/winograd.c), groups for CONV2D_W; and image planes (N x C) for
  * MAX_POOL2D_GRAD. */
 int64_t graft__conv_units(const graft__kargs *k);
 /* Their per-tile scratch (graft__kernel_scratch, graft__kernel_run_scratch
