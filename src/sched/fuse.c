@@ -287,11 +287,10 @@ static graft_status read_through_assigns(fuse_ctx *c) {
     const graft__node *an = graft__graph_node(p->g, a);
     if (!p->live[a] || an->op != GRAFT__OP_ASSIGN || an->n_in != 1) continue;
     uint32_t u = an->in[0];
-    const graft__tview *uv = graft__plan_view(p, u), *av = graft__plan_view(p, a);
     /* (a scalar, a step count, gains nothing, and its readers' descendants
      * become the assign's, which may keep it staged) */
-    if (!member_op(graft__graph_node(p->g, u)) || uv->numel < 2 || uv->dtype != av->dtype || uv->rank != av->rank ||
-        uv->numel != av->numel || memcmp(uv->shape, av->shape, (size_t)uv->rank * sizeof *uv->shape))
+    if (!member_op(graft__graph_node(p->g, u)) || graft__plan_view(p, u)->numel < 2 ||
+        graft__plan_view(p, u)->dtype != graft__plan_view(p, a)->dtype || !same_shape(c, u, a))
       continue;
     for (uint32_t e = c->cons_off[u]; e < c->cons_off[u + 1]; e++) {
       uint32_t r = c->cons[e];
