@@ -15,5 +15,6 @@
 #include "graft/grad.h"
 #include "graft/checkpoint.h"
 #include "graft/optim.h"
+#include "graft/control.h"
 
 #endif /* GRAFT_H */

@@ -6,6 +6,31 @@
  * tangents.  A missing tangent is a symbolic zero. */
 #include "grad/grad.h"
 
+/* A control node: its rule gives the tangent of each output, which its GETs
+ * take (their own rules are never called: the node's tangent stays NULL). */
+static void control(graft_trace *t, const char *fn, const graft__node *nd, graft_value **tan,
+                    const uint8_t *seeded) {
+  const graft__ctl *c = nd->attr.ctl.ctl;
+  int n_all = graft__ctl_outputs(c);
+  graft__grad_args a;
+  if (!graft__grad_args_get(t, fn, nd, &a)) return;
+  int any = 0;
+  for (int j = 0; j < nd->n_in; j++) {
+    a.aux[j] = graft__grad_is_float(a.in[j]) ? tan[nd->in[j]] : NULL;
+    any |= a.aux[j] != NULL;
+  }
+  graft_value **to = any ? graft__calloc((size_t)n_all + 1, sizeof *to) : NULL;
+  if (any && !to) graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
+  if (to && !graft__jvp_ctl(t, nd, a.in, a.aux, to)) {
+    for (int i = 0; i < n_all; i++) {
+      uint32_t get = i < c->n_out ? c->gets[i] : c->save_get + (uint32_t)(i - c->n_out);
+      if (!seeded[get]) tan[get] = to[i];
+    }
+  }
+  graft__free(to);
+  graft__grad_args_free(&a);
+}
+
 GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *primals,
                                  graft_value *const *tangents, int n_y, graft_value *const *ys,
                                  graft_unconnected policy, graft_value **jvps) {
@@ -52,6 +77,10 @@ GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *pr
   for (uint32_t id = lo; id < hi && !t->status; id++) {
     if (seeded[id] || !to_y[id]) continue;
     graft__node *nd = graft__graph_node(g, id);
+    if (graft__ops[nd->op].flags & GRAFT__OPF_CONTROL) {
+      control(t, fn, nd, tan, seeded);
+      continue;
+    }
     if (nd->n_in == 0 || !graft__grad_is_float(graft__value(g, id))) continue;
     graft__grad_args a; /* a.aux: the inputs' tangents */
     if (!graft__grad_args_get(t, fn, nd, &a)) break;

@@ -13,6 +13,34 @@ static void accumulate(graft_trace *t, graft_value **cot, uint32_t id, graft_val
   cot[id] = cot[id] ? graft_add(t, cot[id], g) : g;
 }
 
+/* A control node: the cotangents of its outputs are its GETs' (the GETs'
+ * own rules pass nothing on). */
+static void control(graft_trace *t, const char *fn, const graft__node *nd, graft_value **cot,
+                    const uint8_t *from_x, const uint8_t *to_y) {
+  const graft__ctl *c = nd->attr.ctl.ctl;
+  int n_all = graft__ctl_outputs(c), any = 0;
+  graft_value **oc = graft__calloc((size_t)n_all + 1, sizeof *oc);
+  if (!oc) {
+    graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
+    return;
+  }
+  for (int i = 0; i < n_all; i++) {
+    uint32_t get = i < c->n_out ? c->gets[i] : c->save_get + (uint32_t)(i - c->n_out);
+    any |= (oc[i] = cot[get]) != NULL;
+  }
+  graft__grad_args a;
+  if (any && graft__grad_args_get(t, fn, nd, &a)) {
+    graft__vjp_ctl(t, nd, a.in, oc, n_all, a.aux);
+    for (int j = 0; j < nd->n_in && !t->status; j++) {
+      uint32_t u = nd->in[j];
+      if (a.aux[j] && from_x[u] && to_y[u] && graft__grad_is_float(a.in[j]))
+        accumulate(t, cot, u, a.aux[j]);
+    }
+    graft__grad_args_free(&a);
+  }
+  graft__free(oc);
+}
+
 GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *const *ys,
                                        graft_value *const *seeds, int n_x,
                                        graft_value *const *xs, graft_unconnected policy,
@@ -66,8 +94,12 @@ GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *con
   }
   /* Snapshot n: the rules append nodes, which need no visiting. */
   for (uint32_t id = hi; id-- > lo && !t->status;) {
-    if (!cot[id] || !from_x[id] || !to_y[id]) continue;
     graft__node *nd = graft__graph_node(g, id);
+    if ((graft__ops[nd->op].flags & GRAFT__OPF_CONTROL) && from_x[id] && to_y[id]) {
+      control(t, fn, nd, cot, from_x, to_y);
+      continue;
+    }
+    if (!cot[id] || !from_x[id] || !to_y[id]) continue;
     if (!graft__grad_is_float(graft__value(g, id)) || nd->n_in == 0) continue;
     graft__grad_args a; /* a.aux: the inputs' cotangents, set by the rule */
     if (!graft__grad_args_get(t, fn, nd, &a)) break;

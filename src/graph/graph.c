@@ -31,6 +31,8 @@ void graft__graph_destroy(graft__graph *g) {
   graft__free(g->chunks);
   for (int64_t i = 0; i < g->n_vars; i++) graft__variable_unref(g->vars[i]);
   graft__free(g->vars);
+  for (int64_t i = 0; i < g->n_subs; i++) graft__sub_unref(g->subs[i]);
+  graft__free(g->subs);
   graft__ptrmap_free(&g->var_set);
   graft__arena_free(&g->arena);
   graft__free(g->syms);
@@ -93,7 +95,7 @@ void graft__graph_prune(const graft__graph *g, uint8_t *live) {
     if (g->outputs[i] < g->n_nodes) live[g->outputs[i]] = 1;
   for (uint32_t id = g->n_nodes; id-- > 0;) {
     const graft__node *n = graft__graph_node(g, id);
-    if (graft__ops[n->op].flags & (GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_FALLIBLE)) live[id] = 1;
+    if ((graft__ops[n->op].flags & GRAFT__OPF_SIDE_EFFECT) || graft__node_fallible(n)) live[id] = 1;
     if (!live[id]) continue;
     for (int i = 0; i < n->n_in; i++) live[n->in[i]] = 1;
   }

@@ -17,6 +17,7 @@
 
 #include "common/common.h"
 #include "common/ptrmap.h"
+#include "graft/control.h"
 #include "graft/grad.h"
 #include "graft/module.h"
 #include "graft/ops.h"
@@ -84,6 +85,11 @@ typedef union graft__attr {
     int kind;                                          /* enum graft__update_kind */
     double mu, b1, b2, eps, wd;                        /* momentum, betas, eps, decay */
   } update;
+  struct { struct graft__ctl *ctl; } ctl;             /* COND, WHILE, SCAN, REMAT */
+  struct {                                            /* GET: output index of the */
+    int index;                                        /* control node it reads; the */
+    int64_t offset;                                   /* byte offset there (a plan's copy) */
+  } get;
 } graft__attr;
 
 typedef struct graft__node {
@@ -101,6 +107,9 @@ typedef struct graft__node {
    * this node runs as one (kernels.h), its inputs then being the group's;
    * NULL in every traced graph. */
   const struct graft__fused *fused;
+  /* Only in a plan's copy too (sched/control.c): a control node's or a
+   * GET's compiled subgraphs; NULL in every traced graph. */
+  const struct graft__ctl_exec *exec;
 } graft__node;
 
 /* A custom-gradient region (graph arena): inputs of the CUSTOM node are
@@ -131,6 +140,9 @@ typedef struct graft__graph {
   graft_variable **vars;       /* variables referenced (one reference each) */
   int64_t n_vars, cap_vars;
   graft__ptrmap var_set;       /* ... the same, for lookup */
+  struct graft__sub **subs;    /* subgraphs its control nodes run (one
+                                  reference each) */
+  int64_t n_subs, cap_subs;
   char *name;
 } graft__graph;
 
@@ -171,6 +183,12 @@ typedef struct graft__shape_ctx {
   int64_t *binding;
   graft__graph *g;             /* symbolic mode: to make derived symbols */
   char msg[GRAFT__MSG_LEN];
+  /* Concrete mode: the shapes of control nodes and their GETs, which come
+   * from their compiled subgraphs (a plan's, sched/control.c); NULL
+   * elsewhere. */
+  graft_status (*ctl)(struct graft__shape_ctx *c, const graft__node *n, const graft__shape *in,
+                      graft__shape *out);
+  void *ctl_arg;
 } graft__shape_ctx;
 
 typedef graft_status (*graft__shape_fn)(graft__shape_ctx *c, const graft__node *n,
@@ -236,6 +254,91 @@ static inline int graft__node_writes(const graft__node *n, graft_variable *const
   return 1;
 }
 
+/* ---- control flow (control.c, replay.c) ----------------------------- */
+/* A traced body or branch: its graph's inputs are the explicit ones, then
+ * the captures (values of the traces around it that it used); its outputs
+ * are the body's.  Immutable once traced; shared by every graph whose
+ * control nodes run it (references counted). */
+typedef struct graft__sub {
+  graft__graph *g;
+  int n_explicit;
+  int fallible;                /* holds a node that may fail on data */
+  int refs;                    /* atomic */
+} graft__sub;
+void graft__sub_ref(graft__sub *s);
+void graft__sub_unref(graft__sub *s);
+
+enum graft__ctl_kind { GRAFT__CTL_COND, GRAFT__CTL_WHILE, GRAFT__CTL_SCAN, GRAFT__CTL_REMAT };
+
+/* A control node's description (graph arena).  The node's inputs are
+ *   COND   [pred, ins..., captures...]
+ *   WHILE  [init..., captures...]
+ *   SCAN   [len?, init..., xs..., captures...]  (len: has_len)
+ *   REMAT  [ins..., captures...]
+ * and sub input j of sub k is node input map[k][j].  Its outputs (GET
+ * nodes) are
+ *   COND, REMAT  the branches' / body's outputs
+ *   WHILE        the final vars
+ *   SCAN         the final carries, then the ys stacked ([T, ...])
+ * and, with save (reverse mode asked for it), then each carry stacked as
+ * it was before each step (SCAN: T rows; WHILE: max_iters rows, the rows
+ * past the count zero) and, for WHILE, the iteration count (i32). */
+typedef struct graft__ctl {
+  int kind;                    /* enum graft__ctl_kind */
+  int n_subs;                  /* COND, WHILE: 2 (then/else, cond/body); else 1 */
+  graft__sub *sub[2];
+  int *map[2];
+  int n_carry, n_xs, n_ys;     /* WHILE: n_carry vars; SCAN */
+  int n_out;                   /* outputs before the saved ones */
+  int64_t max_iters;           /* WHILE: 0 = unbounded */
+  int64_t checkpoint;          /* SCAN: reverse mode keeps every k-th carry */
+  int reverse;                 /* SCAN */
+  int has_len;                 /* SCAN: input 0 (i32, rank 0) is the number
+                                  of steps to run (<= T; the others' ys rows
+                                  are zero): a while loop's backward */
+  int save;                    /* saved outputs follow (see above) */
+  uint32_t save_get;           /* the first saved output's GET node */
+  uint32_t *gets;              /* n_out GET node ids (in order) */
+  const char *name;            /* what messages call it */
+} graft__ctl;
+
+/* Outputs of a control node including the saved ones. */
+static inline int graft__ctl_outputs(const graft__ctl *c) {
+  return c->n_out + (c->save ? c->n_carry + (c->kind == GRAFT__CTL_WHILE) : 0);
+}
+/* The node n may fail on data (its op's flag, or a subgraph that may). */
+static inline int graft__node_fallible(const graft__node *n) {
+  if (graft__ops[n->op].flags & GRAFT__OPF_FALLIBLE) return 1;
+  if (!(graft__ops[n->op].flags & GRAFT__OPF_CONTROL)) return 0;
+  const graft__ctl *c = n->attr.ctl.ctl;
+  return c->sub[0]->fallible || (c->n_subs > 1 && c->sub[1]->fallible);
+}
+
+/* Emit a node like proto (op, dtype, fill; attr and, for leaves, shape
+ * given, in t's symbols) on inputs in[0..proto->n_in): replay (ops.c). */
+graft_value *graft__emit_like(graft_trace *t, const graft__node *proto, const graft__attr *attr,
+                              const int64_t *shape, graft_value *const *in);
+/* graft_scan with, when len is not NULL, an i32 scalar: run only slices
+ * 0 .. len - 1 (with reverse, len - 1 down to 0); the ys' other rows are
+ * zero.  A while loop's backward. */
+graft_status graft__scan_ext(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
+                             graft_value *const *init, int n_xs, graft_value *const *xs, int n_ys,
+                             graft_value **outs, const graft_scan_opts *opts, graft_value *len);
+/* Make control node id of t's graph keep what reverse mode needs (see
+ * graft__ctl): *first is the id of the first of those outputs' GETs
+ * (n_carry of them, then a while loop's count, consecutive); asking again
+ * gives the same. */
+graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first);
+/* Emit a copy of control node n (of another graph) on inputs in[] (values
+ * of t, one per input of n); *id gets the new node's id (its GETs are
+ * its ctl's gets). */
+graft_status graft__ctl_replay(graft_trace *t, const graft__node *n, graft_value *const *in,
+                               uint32_t *id);
+/* Replay subgraph s into t: its explicit and captured inputs are in[]
+ * (values of t, s->g->n_inputs of them); outs[] get its outputs. */
+graft_status graft__replay(graft_trace *t, const graft__sub *s, graft_value *const *in,
+                           graft_value **outs);
+
 /* ---- convolution and pooling (conv.c, shape.c) ----------------------- */
 /* The output extent of a window sweep over in elements (padding p on both
  * sides, kernel k dilated by d, stride s), or -1 when the dilated kernel
@@ -281,7 +384,28 @@ struct graft_trace {
   /* The values deferred modules derived in this trace (deferred.c; NULL
    * until one is used). */
   struct graft__deferred_cache *deferred;
+  /* A control-flow body's trace (control.c): the trace around it and what
+   * it captured from there; NULL in a function's trace. */
+  struct graft__capture *cap;
 };
+
+/* What a body's trace captured: values of the trace around it (parent),
+ * each an INPUT node of the body's graph after its explicit inputs. */
+typedef struct graft__capture {
+  graft_trace *parent;
+  uint32_t *outer;             /* the parent's node ids, in input order */
+  int64_t n, cap;
+  int64_t cap_inputs;          /* capacity of the body graph's inputs array */
+  graft__ptrmap seen;          /* parent node id + 1 -> the body's INPUT id */
+} graft__capture;
+
+/* The node of t for v: v's own, or the INPUT that captured it (only once
+ * graft__capture_value made one).  NULL when v is neither. */
+graft__node *graft__trace_node(const graft_trace *t, const graft_value *v);
+/* In a body's trace t, the INPUT node id standing for v, a value of a
+ * trace around t (captured on first use, through every body between);
+ * GRAFT__POISON_ID when v is no such value, or on a failure (then on t). */
+uint32_t graft__capture_value(graft_trace *t, const graft_value *v);
 
 /* What a value handle is to trace t. */
 typedef enum graft__value_kind {

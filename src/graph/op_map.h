@@ -33,6 +33,9 @@
 #define GRAFT__OPF_LEAF 0x20u
 /* Output is f32/f64 only even if it has no float input. */
 #define GRAFT__OPF_FLOAT 0x40u
+/* Control flow (attr.ctl): runs subgraphs; its value packs its outputs,
+ * which GET nodes read (graph/control.c traces it, sched/control.c runs it). */
+#define GRAFT__OPF_CONTROL 0x80u
 
 /* Tiling kinds (the tile column). */
 enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
@@ -109,6 +112,13 @@ enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
   X(MAX_POOL2D_SELECT, "max_pool2d_select", 2, max_pool2d_select, 0, 4, UNITS)              \
   /* gradient plumbing */                                                           \
   X(CUSTOM, "custom_gradient", -1, custom, GRAFT__OPF_INT, 1, UNITS)                        \
+  /* control flow: one indivisible unit that runs subgraphs; GET copies one   \
+   * output out of the packed value */                                          \
+  X(COND, "cond", -1, ctl, GRAFT__OPF_INT | GRAFT__OPF_CONTROL, 1, ONE)                     \
+  X(WHILE, "while_loop", -1, ctl, GRAFT__OPF_INT | GRAFT__OPF_CONTROL, 1, ONE)              \
+  X(SCAN, "scan", -1, ctl, GRAFT__OPF_INT | GRAFT__OPF_CONTROL, 1, ONE)                     \
+  X(REMAT, "remat", -1, ctl, GRAFT__OPF_INT | GRAFT__OPF_CONTROL, 1, ONE)                   \
+  X(GET, "get", 1, get, GRAFT__OPF_INT, 1, UNITS)                                           \
   /* side effects */                                                              \
   X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS) \
   X(UPDATE, "update", -1, update, GRAFT__OPF_SIDE_EFFECT, 6, UNITS)

@@ -22,9 +22,10 @@ static graft_value *fail_op(graft_trace *t, int op, graft_status s, const char *
   return GRAFT__POISON;
 }
 
-/* The node of a value already checked to be of t (check_inputs). */
+/* The node of a value already checked to be of t (check_inputs: a
+ * captured value's is its INPUT in t's graph). */
 static graft__node *node(const graft_trace *t, const graft_value *v) {
-  return graft__value_node(t->g, v);
+  return graft__trace_node(t, v);
 }
 
 /* Common entry checks; returns NULL to go on, else the value to return.
@@ -48,6 +49,14 @@ static graft_value *check_inputs_at(graft_trace *t, int op, int n_in, graft_valu
       snprintf(why, sizeof why, "input %d is the poison value of another (failed) trace", i);
       return fail_op(t, op, GRAFT_EMISUSE, why);
     case GRAFT__VALUE_FOREIGN:
+      if (t->cap) { /* a body using a value of a trace around it: capture it */
+        uint32_t id = graft__capture_value(t, in[i]);
+        if (id != GRAFT__POISON_ID) {
+          if (nodes) nodes[i] = graft__graph_node(t->g, id);
+          continue;
+        }
+        if (t->status) return GRAFT__POISON;
+      }
       snprintf(why, sizeof why,
                "input %d belongs to another trace, or to one that ended (values are valid only "
                "in the callback that made them)", i);
@@ -83,8 +92,8 @@ static graft_status size_ok(const graft__shape *o, int n_in, const graft__shape 
                 graft_dtype_name(o->dtype), shape);
   } else if (st) {
     char why[GRAFT__MSG_LEN];
-    snprintf(why, sizeof why, "output %s", msg);
-    graft__msgf(msg, "%s", why);
+    memcpy(why, msg, sizeof why);
+    graft__msgf(msg, "output %s", why);
   }
   return st;
 }
@@ -133,7 +142,7 @@ static graft_value *emit(graft_trace *t, const spec *sp, int n_in, graft_value *
   probe.rank = (uint8_t)sp->rank;
   if (sp->rank) memcpy(probe.shape, sp->shape, (size_t)sp->rank * sizeof(int64_t));
 
-  graft__shape_ctx c = {NULL, t->g, {0}};
+  graft__shape_ctx c = {NULL, t->g, {0}, NULL, NULL};
   graft__shape out;
   graft_value *ret;
   graft_status st = graft__shape_infer(&c, &probe, ins, &out);
@@ -530,6 +539,13 @@ GRAFT_API graft_value *graft_softmax_cross_entropy(graft_trace *t, graft_value *
   return op2(t, GRAFT__OP_SOFTMAX_XENT, logits, labels);
 }
 
+graft_value *graft__emit_like(graft_trace *t, const graft__node *proto, const graft__attr *attr,
+                              const int64_t *shape, graft_value *const *in) {
+  spec sp = {.op = proto->op, .dtype = (graft_dtype)proto->dtype, .fill = proto->fill,
+             .attr = *attr, .rank = proto->rank, .shape = shape};
+  return emit(t, &sp, proto->n_in, in);
+}
+
 graft_value *graft__emit_conv(graft_trace *t, int op, int n_in, graft_value *const *in,
                               const struct graft__conv_attr *a) {
   spec sp = {.op = op};
@@ -561,8 +577,28 @@ static graft_value *var_check(graft_trace *t, int op, graft_variable *v) {
   return NULL;
 }
 
+/* A control-flow body does not write variables (its subgraph may run any
+ * number of times, or not at all). */
+static graft_value *no_write_in_body(graft_trace *t, int op, const graft_variable *v) {
+  if (!t->cap || t->status) return NULL;
+  graft__trace_failf(t, GRAFT_EUNSUPPORTED,
+                     "%s: variable '%s' is written inside a control-flow body (cond, while_loop, "
+                     "scan, remat), which may only read variables (op #%u in trace '%s')",
+                     graft__ops[op].name, v ? v->name : "(null)", t->g->n_nodes, t->g->name);
+  return GRAFT__POISON;
+}
+
 GRAFT_API graft_value *graft_read(graft_trace *t, graft_variable *v) {
   if (!t) return NULL;
+  if (t->cap && !t->status) { /* read by the trace around, captured here */
+    graft_value *outer = graft_read(t->cap->parent, v);
+    if (t->cap->parent->status) {
+      graft__trace_failf(t, t->cap->parent->status, "%s", t->cap->parent->msg);
+      return GRAFT__POISON;
+    }
+    uint32_t id = graft__capture_value(t, outer);
+    return id == GRAFT__POISON_ID ? GRAFT__POISON : graft__value(t->g, id);
+  }
   graft_value *early = var_check(t, GRAFT__OP_VAR_READ, v);
   if (early) return early;
   uint32_t cur = current(t, v);
@@ -579,7 +615,9 @@ GRAFT_API graft_value *graft_read(graft_trace *t, graft_variable *v) {
 
 GRAFT_API graft_value *graft_assign(graft_trace *t, graft_variable *v, graft_value *x) {
   if (!t) return NULL;
-  graft_value *early = var_check(t, GRAFT__OP_ASSIGN, v);
+  graft_value *early = no_write_in_body(t, GRAFT__OP_ASSIGN, v);
+  if (early) return early;
+  early = var_check(t, GRAFT__OP_ASSIGN, v);
   if (early) return early;
   spec sp = {.op = GRAFT__OP_ASSIGN};
   sp.attr.var.var = v;
@@ -620,7 +658,9 @@ static graft_value *fused_update(graft_trace *t, graft_value *old, graft_value *
 
 static graft_value *assign_op(graft_trace *t, graft_variable *v, graft_value *d, int op) {
   if (!t) return NULL;
-  graft_value *early = var_check(t, GRAFT__OP_ASSIGN, v);
+  graft_value *early = no_write_in_body(t, GRAFT__OP_ASSIGN, v);
+  if (early) return early;
+  early = var_check(t, GRAFT__OP_ASSIGN, v);
   if (early) return early;
   early = check_inputs(t, GRAFT__OP_ASSIGN, 1, &d);
   if (early) return early;
@@ -644,6 +684,8 @@ graft_value *graft__update(graft_trace *t, const struct graft__update_attr *u, g
   if (t->status) return GRAFT__POISON;
   if (u->n_vars < 1 || u->n_vars > GRAFT__UPDATE_MAX_VARS)
     return fail_op(t, GRAFT__OP_UPDATE, GRAFT_EINTERNAL, "bad variable count");
+  graft_value *body = no_write_in_body(t, GRAFT__OP_UPDATE, u->var[0]);
+  if (body) return body;
   graft_value *in[2 + GRAFT__UPDATE_MAX_VARS];
   for (int j = 0; j < u->n_vars; j++) {
     graft_value *early = var_check(t, GRAFT__OP_UPDATE, u->var[j]);

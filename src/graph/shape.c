@@ -361,6 +361,21 @@ graft_status graft__shape_custom(graft__shape_ctx *c, const graft__node *n,
   return GRAFT_OK;
 }
 
+/* COND, WHILE, SCAN, REMAT and GET: at trace time, the shape control.c
+ * gave the node; concrete, the compiled subgraphs' (the plan's hook). */
+graft_status graft__shape_ctl(graft__shape_ctx *c, const graft__node *n,
+                              const graft__shape *in, graft__shape *out) {
+  if (c->binding && c->ctl) return c->ctl(c, n, in, out);
+  if (c->binding) return fail(c, GRAFT_EINTERNAL, "control flow is shaped by its compiled bodies");
+  graft__node_shape(n, out);
+  return GRAFT_OK;
+}
+
+graft_status graft__shape_get(graft__shape_ctx *c, const graft__node *n,
+                              const graft__shape *in, graft__shape *out) {
+  return graft__shape_ctl(c, n, in, out);
+}
+
 graft_status graft__shape_concat(graft__shape_ctx *c, const graft__node *n,
                                  const graft__shape *in, graft__shape *out) {
   int axis = n->attr.axis.axis;

@@ -389,23 +389,10 @@ static graft_status get_graph(graft_function *f, graft_tensor *const *in, const 
   return GRAFT_OK;
 }
 
-/* A plan no second worker can help: one task; at most one grain of work in
- * all (the tiler keeps that much work in one task, and starting and ending
- * the team costs about what sharing it could save); or a chain of
- * single-tile nodes, each order position a successor of the one before,
- * so no two tasks can ever run at once.  Running it on the calling thread
- * is the sequential executor's walk: the same tiles, the same bits. */
-static int runs_alone(const graft__plan *p, int64_t grain) {
-  if (p->n_tasks <= 1 || p->stats.work <= grain) return 1;
-  if (p->n_tasks != (int64_t)p->n_order) return 0;
-  for (uint32_t i = 0; i + 1 < p->n_order; i++) {
-    int linked = 0;
-    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1] && !linked; e++)
-      linked = p->succ[e] == i + 1;
-    if (!linked) return 0;
-  }
-  return 1;
-}
+/* A plan runs alone (graft__plan_runs_alone) when no second worker could
+ * help it, or when it holds control flow: then the plan walks its order on
+ * the calling thread and each control node's bodies get the team
+ * (control.c), where their work is. */
 
 static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *const *in,
                              const sigkey *key, graft__plan **out, int *alone) {
@@ -420,7 +407,7 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
   graft__plan *p;
   graft__plan_opts po = {f->rt->cfg.grain, graft__runtime_parts(f->rt), f->rt->cfg.lanes,
                          f->rt->num_threads == 1 || f->rt->cfg.sched == GRAFT__SCHED_SEQ,
-                         f->rt->cfg.fusion};
+                         f->rt->cfg.fusion, f->rt, (int)f->rt->cfg.sched};
   graft_status st = graft__plan_compile(g, in, &po, &p, f->msg);
   if (st) return st;
   sigkey copy = {graft__malloc((size_t)(key->len ? key->len : 1) * sizeof *copy.v), key->len};
@@ -431,7 +418,7 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
   memcpy(copy.v, key->v, (size_t)key->len * sizeof *copy.v);
   if (f->n_plans == f->capacity)
     drop_plan(f, oldest_plan(f));
-  *alone = runs_alone(p, f->rt->cfg.grain);
+  *alone = graft__plan_runs_alone(p, f->rt->cfg.grain) || p->has_ctl;
   f->plans[f->n_plans++] = (plan_entry){p, g, copy, ++f->tick, *alone};
   *out = p;
   return GRAFT_OK;
@@ -708,7 +695,9 @@ static graft_status execute(graft_function *f, graft__plan *p, int alone) {
       return graft__exec_seq(p, f->msg);
     }
     return graft__exec_ws(p, f->rt, f->msg);
-  case GRAFT__SCHED_OMP: return graft__exec_omp(p, f->rt, f->msg);
+  case GRAFT__SCHED_OMP:
+    if (p->has_ctl) return graft__exec_seq(p, f->msg); /* bodies take the team */
+    return graft__exec_omp(p, f->rt, f->msg);
   }
   return GRAFT_EINTERNAL;
 }

@@ -238,39 +238,6 @@ static graft_status readers(fuse_ctx *c) {
   return GRAFT_OK;
 }
 
-/* Node id of p's own copy of the graph, made writable: the copy (sharing
- * the traced graph's chunks) is made at the first write, and a chunk is
- * copied at the first write to one of its nodes. */
-static graft__node *writable(graft__plan *p, uint32_t id) {
-  const graft__graph *g = p->fg ? p->fg : p->g;
-  if (!p->fg) {
-    size_t nc = (size_t)(g->n_chunks ? g->n_chunks : 1);
-    graft__graph *fg = graft__malloc(sizeof *fg);
-    graft__node **chunks = graft__malloc(nc * sizeof *chunks);
-    p->fg_own = graft__calloc(nc, 1);
-    if (!fg || !chunks || !p->fg_own) {
-      graft__free(fg);
-      graft__free(chunks);
-      return NULL;
-    }
-    *fg = *g;
-    memcpy(chunks, g->chunks, (size_t)g->n_chunks * sizeof *chunks);
-    fg->chunks = chunks;
-    fg->cap_chunks = g->n_chunks;
-    fg->arena = (graft__arena){0}; /* the copy's own: new input lists */
-    p->fg = fg; /* plan destroy frees what it owns from here on */
-    p->g = fg;
-  }
-  uint32_t ch = id >> GRAFT__CHUNK_BITS;
-  if (!p->fg_own[ch]) {
-    graft__node *copy = graft__aligned_alloc(GRAFT__CHUNK * sizeof *copy, GRAFT__ALIGN);
-    if (!copy) return NULL;
-    memcpy(copy, p->fg->chunks[ch], GRAFT__CHUNK * sizeof *copy);
-    p->fg->chunks[ch] = copy;
-    p->fg_own[ch] = 1;
-  }
-  return graft__graph_node(p->fg, id);
-}
 
 /* Readers of a value that an assign also stores read the assign instead:
  * the same bits (an assign of a value of the variable's dtype and shape is
@@ -304,7 +271,7 @@ static graft_status read_through_assigns(fuse_ctx *c) {
         old = x->op == GRAFT__OP_VAR_READ && x->attr.var.var == an->attr.var.var;
       }
       if (old) continue;
-      graft__node *w = writable(p, r);
+      graft__node *w = graft__plan_writable(p, r);
       uint32_t *in = w ? graft__arena_alloc(&p->fg->arena, (size_t)w->n_in * sizeof *in) : NULL;
       if (!in) return GRAFT_ENOMEM;
       for (int j = 0; j < w->n_in; j++) in[j] = w->in[j] == u ? a : w->in[j];
@@ -338,9 +305,10 @@ graft_status graft__plan_fuse(graft__plan *p) {
   c.rejected = graft__calloc(n ? n : 1, sizeof *c.rejected);
   if (!c.needed || !c.in_g || !c.rejected || readers(&c)) goto out;
   for (int i = 0; i < g->n_outputs; i++) c.needed[g->outputs[i]] = 1;
-  for (uint32_t id = 0; id < n; id++)
-    if (graft__ops[graft__graph_node(g, id)->op].flags & (GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_FALLIBLE))
-      c.needed[id] = 1;
+  for (uint32_t id = 0; id < n; id++) {
+    const graft__node *nd = graft__graph_node(g, id);
+    if ((graft__ops[nd->op].flags & GRAFT__OPF_SIDE_EFFECT) || graft__node_fallible(nd)) c.needed[id] = 1;
+  }
   for (uint32_t id = n; id-- > 0;) {
     const graft__node *nd = graft__graph_node(g, id);
     if (!p->live[id] || (graft__ops[nd->op].flags & GRAFT__OPF_EXTERNAL)) continue;
@@ -381,7 +349,7 @@ graft_status graft__plan_fuse(graft__plan *p) {
     /* the root runs as traced: its own copy, before it takes the group's inputs */
     f->root = *graft__graph_node(g, roots[k]);
     f->m[f->n_members - 1].node = &f->root;
-    graft__node *r = writable(p, roots[k]);
+    graft__node *r = graft__plan_writable(p, roots[k]);
     if (!r) {
       st = GRAFT_ENOMEM;
       break;

@@ -39,6 +39,10 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->sources);
   graft__free(p->src_off);
   graft__exec_state_destroy(p->ws);
+  if (p->ctl) {
+    for (uint32_t id = 0; id < p->g->n_nodes; id++) graft__ctl_exec_destroy(p->ctl[id]);
+    graft__free(p->ctl);
+  }
   if (p->fg) {
     for (int64_t c = 0; c < p->fg->n_chunks; c++)
       if (p->fg_own[c]) graft__free(p->fg->chunks[c]);
@@ -52,6 +56,49 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p);
 }
 
+graft__node *graft__plan_writable(graft__plan *p, uint32_t id) {
+  const graft__graph *g = p->fg ? p->fg : p->g;
+  if (!p->fg) {
+    size_t nc = (size_t)(g->n_chunks ? g->n_chunks : 1);
+    graft__graph *fg = graft__malloc(sizeof *fg);
+    graft__node **chunks = graft__malloc(nc * sizeof *chunks);
+    p->fg_own = graft__calloc(nc, 1);
+    if (!fg || !chunks || !p->fg_own) {
+      graft__free(fg);
+      graft__free(chunks);
+      return NULL;
+    }
+    *fg = *g;
+    memcpy(chunks, g->chunks, (size_t)g->n_chunks * sizeof *chunks);
+    fg->chunks = chunks;
+    fg->cap_chunks = g->n_chunks;
+    fg->arena = (graft__arena){0}; /* the copy's own: new input lists */
+    p->fg = fg; /* plan destroy frees what it owns from here on */
+    p->g = fg;
+  }
+  uint32_t ch = id >> GRAFT__CHUNK_BITS;
+  if (!p->fg_own[ch]) {
+    graft__node *copy = graft__aligned_alloc(GRAFT__CHUNK * sizeof *copy, GRAFT__ALIGN);
+    if (!copy) return NULL;
+    memcpy(copy, p->fg->chunks[ch], GRAFT__CHUNK * sizeof *copy);
+    p->fg->chunks[ch] = copy;
+    p->fg_own[ch] = 1;
+  }
+  return graft__graph_node(p->fg, id);
+}
+
+int graft__plan_runs_alone(const graft__plan *p, int64_t grain) {
+  if (p->n_tasks <= 1 || p->stats.work <= grain) return 1;
+  if (p->n_tasks != (int64_t)p->n_order) return 0;
+  for (uint32_t i = 0; i + 1 < p->n_order; i++) {
+    int linked = 0;
+    for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1] && !linked; e++)
+      linked = p->succ[e] == i + 1;
+    if (!linked) return 0;
+  }
+  return 1;
+}
+
 static void compile_fail(const graft__graph *g, uint32_t id, const char *reason, char *msg) {
   const graft__node *n = graft__graph_node(g, id);
   graft__msgf(msg, "%s: %s (op #%u in trace '%s')", graft__ops[n->op].name, reason, id, g->name);
@@ -59,9 +106,9 @@ static void compile_fail(const graft__graph *g, uint32_t id, const char *reason,
 
 /* Concrete shapes of every node, binding symbols on the way.  Nodes that
  * pruning removed may fail without failing the call. */
-static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg) {
+static graft_status infer_all(graft__plan *p, const int64_t *const *in, char *msg) {
   const graft__graph *g = p->g;
-  graft__shape_ctx c = {p->binding, NULL, {0}};
+  graft__shape_ctx c = {p->binding, NULL, {0}, graft__ctl_shape, p};
   uint8_t *ok = graft__calloc(g->n_nodes ? g->n_nodes : 1, 1);
   int max_in = 1;
   for (uint32_t id = 0; id < g->n_nodes; id++)
@@ -78,7 +125,7 @@ static graft_status infer_all(graft__plan *p, graft_tensor *const *in, char *msg
   for (int i = 0; i < g->n_inputs && !st; i++) {
     uint32_t id = g->inputs[i];
     const graft__node *n = graft__graph_node(g, id);
-    st = graft__shape_unify(&c, n->rank, n->shape, graft_tensor_shape(in[i]));
+    st = graft__shape_unify(&c, n->rank, n->shape, in[i]);
     if (st) {
       graft__msgf(msg, "input %d: %s (in trace '%s')", i, c.msg, g->name);
       goto out;
@@ -163,7 +210,7 @@ static graft_status layout(graft__plan *p) {
     const graft__node *n = graft__graph_node(g, id);
     if (!p->live[id] || (graft__ops[n->op].flags & GRAFT__OPF_EXTERNAL)) continue;
     p->order[p->n_order++] = id;
-    if (graft__ops[n->op].flags & GRAFT__OPF_FALLIBLE) p->fallible = 1;
+    if (graft__node_fallible(n)) p->fallible = 1;
   }
   p->var_reads = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->var_reads);
   p->assigns = graft__malloc((size_t)(p->n_order ? p->n_order : 1) * sizeof *p->assigns);
@@ -298,7 +345,7 @@ static graft_status find_direct_assigns(graft__plan *p) {
   fall = graft__malloc((n ? n : 1) * sizeof *fall);
   if (!fall) goto out;
   for (uint32_t i = 0; i < n; i++)
-    if (graft__ops[graft__graph_node(g, p->order[i])->op].flags & GRAFT__OPF_FALLIBLE) fall[n_fall++] = i;
+    if (graft__node_fallible(graft__graph_node(g, p->order[i]))) fall[n_fall++] = i;
   int64_t fall_edges = 0;
   int64_t cap = 0, lcap = 0, work = 0;
   for (uint32_t k = 0; k < na && work <= DIRECT_ASSIGN_WORK; k++) {
@@ -637,15 +684,32 @@ static void fill_stats(graft__plan *p) {
   s->pruned_nodes = (int64_t)g->n_nodes - live;
   s->tiles = p->n_tasks;
   s->arena_bytes = (int64_t)p->arena_bytes;
+  for (uint32_t id = 0; p->ctl && id < g->n_nodes; id++) /* control flow's bodies */
+    if (p->ctl[id] && p->live[id]) s->arena_bytes += graft__ctl_exec_arena(p->ctl[id]);
 }
 
 graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
                                  const graft__plan_opts *opts, graft__plan **out, char *msg) {
+  const int64_t *few[16] = {0}, **dims = few;
+  if (g->n_inputs > 16 && !(dims = graft__malloc((size_t)g->n_inputs * sizeof *dims))) {
+    *out = NULL;
+    graft__msgf(msg, "out of memory compiling trace '%s'", g->name);
+    return GRAFT_ENOMEM;
+  }
+  for (int i = 0; i < g->n_inputs; i++) dims[i] = graft_tensor_shape(in[i]);
+  graft_status st = graft__plan_compile_dims(g, dims, opts, out, msg);
+  if (dims != few) graft__free(dims);
+  return st;
+}
+
+graft_status graft__plan_compile_dims(const graft__graph *g, const int64_t *const *in,
+                                      const graft__plan_opts *opts, graft__plan **out, char *msg) {
   *out = NULL;
   double t0 = graft__now_us();
   graft__plan *p = graft__calloc(1, sizeof *p);
   if (!p) goto nomem;
   p->g = g;
+  p->opts = *opts;
   p->stats.lanes = opts->lanes; /* p->lanes joins once the order is final */
   p->pack_small = opts->pack_small;
   size_t n = g->n_nodes ? g->n_nodes : 1;
@@ -659,6 +723,10 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
   if (!p->live || !p->order || !p->views || !p->shapes || !p->vslot || !p->offset || !p->binding)
     goto nomem;
   for (int64_t i = 0; i < g->n_syms; i++) p->binding[i] = -1;
+  for (uint32_t id = 0; id < g->n_nodes && !p->ctl; id++)
+    if ((graft__ops[graft__graph_node(g, id)->op].flags & GRAFT__OPF_CONTROL) &&
+        !(p->ctl = graft__calloc(n, sizeof *p->ctl)))
+      goto nomem;
   for (uint32_t id = 0; id < g->n_nodes; id++) p->vslot[id] = id;
   graft__graph_prune(g, p->live);
   for (int i = 0; i < g->n_inputs; i++) p->live[g->inputs[i]] = 1; /* bound every call */
@@ -668,7 +736,7 @@ graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
     graft__plan_destroy(p);
     return st;
   }
-  if ((opts->fusion && graft__plan_fuse(p)) || layout(p) || link(p) || find_direct_assigns(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
+  if ((p->has_ctl && graft__ctl_attach(p)) || (opts->fusion && graft__plan_fuse(p)) || layout(p) || link(p) || find_direct_assigns(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
       graft__plan_tile(p, opts->grain) || graft__plan_partition(p, opts->n_parts))
     goto nomem;
 #ifdef GRAFT_PLAN_CHECK

@@ -25,6 +25,20 @@ typedef struct graft__tiling {
 } graft__tiling;
 
 struct graft__exec_state;
+typedef struct graft__ctl_exec graft__ctl_exec;
+
+/* Compile-time inputs from the runtime. */
+typedef struct graft__plan_opts {
+  int64_t grain;            /* elements per tile */
+  int n_parts;              /* partition parts (domains with workers) */
+  int lanes;                /* > 0: node i also waits for node i - lanes */
+  int pack_small;           /* one thread runs the plan (graft__slot_align) */
+  int fusion;               /* fuse elementwise groups (fuse.c) */
+  /* Where control-flow bodies run (control.c): the runtime and its
+   * executor (enum graft__sched); rt NULL: on the calling thread. */
+  const struct graft_runtime *rt;
+  int sched;
+} graft__plan_opts;
 
 typedef struct graft__plan {
   const graft__graph *g;
@@ -106,6 +120,11 @@ typedef struct graft__plan {
   uint8_t *fg_own;          /* per chunk: 1 when the copy owns it */
   graft__fused *fused;      /* the groups */
   uint32_t *fused_in;       /* their roots' input lists, flattened */
+  /* Control flow (control.c): per graph node, a control node's compiled
+   * bodies (NULL for other nodes; the array NULL without control flow). */
+  graft__ctl_exec **ctl;
+  int has_ctl;
+  graft__plan_opts opts;    /* as compiled (bodies compile with them) */
 } graft__plan;
 
 /* The concrete view of graph node id. */
@@ -133,14 +152,6 @@ static inline int graft__plan_reads(const graft__plan *p, uint32_t u, uint32_t s
   return 0;
 }
 
-/* Compile-time inputs from the runtime. */
-typedef struct graft__plan_opts {
-  int64_t grain;            /* elements per tile */
-  int n_parts;              /* partition parts (domains with workers) */
-  int lanes;                /* > 0: node i also waits for node i - lanes */
-  int pack_small;           /* one thread runs the plan (graft__slot_align) */
-  int fusion;               /* fuse elementwise groups (fuse.c) */
-} graft__plan_opts;
 
 /* ---- fusion (fuse.c) ------------------------------------------------------ */
 /* Group the live elementwise ops of a plan whose shapes are inferred into
@@ -158,6 +169,31 @@ static inline int graft__plan_node_cost(const graft__node *n) {
  * count, dtypes and ranks).  On failure *out is NULL and msg tells why. */
 graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
                                  const graft__plan_opts *opts, graft__plan **out, char *msg);
+/* The same for inputs with the dims dims[i] (a control node's bodies). */
+graft_status graft__plan_compile_dims(const graft__graph *g, const int64_t *const *dims,
+                                      const graft__plan_opts *opts, graft__plan **out, char *msg);
+/* 1 when no second worker could ever help p (one task, at most a grain of
+ * work, or a chain of single-tile nodes): running it on the calling thread
+ * is the sequential walk, the same tiles and bits, without a team. */
+int graft__plan_runs_alone(const graft__plan *p, int64_t grain);
+/* Node id of p's own copy of the graph, made writable: the copy (sharing
+ * the traced graph's chunks) is made at the first write, and a chunk is
+ * copied at the first write to one of its nodes (fusion, control flow).
+ * NULL on ENOMEM. */
+graft__node *graft__plan_writable(graft__plan *p, uint32_t id);
+
+/* ---- control flow (control.c) ---------------------------------------------- */
+/* The shape hook of graft__shape_ctx (ctl_arg: the plan): compiles a
+ * control node's bodies, or gives a GET its output's shape. */
+graft_status graft__ctl_shape(graft__shape_ctx *sc, const graft__node *n, const graft__shape *in,
+                              graft__shape *out);
+/* Point the plan's copies of control and GET nodes at their compiled
+ * bodies (and GETs at their offsets). */
+graft_status graft__ctl_attach(graft__plan *p);
+void graft__ctl_exec_destroy(graft__ctl_exec *e);
+/* Bytes a control node holds beside the plan's arena: its bodies' arenas
+ * and a loop's second carry buffer. */
+int64_t graft__ctl_exec_arena(const graft__ctl_exec *e);
 
 /* ---- memory (memplan.c, plan_check.c) ------------------------------------ */
 /* Arena slots: every value takes whole 64-byte lines, so values written by

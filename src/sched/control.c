@@ -1,0 +1,449 @@
+/* Control flow at run time: compiling a control node's bodies with the plan
+ * that holds it, and the kernels of COND, WHILE, SCAN, REMAT and GET.
+ *
+ * When a plan infers its shapes, each control node compiles its bodies
+ * into plans of their own for the concrete shapes of its inputs (a
+ * scan's x without its leading axis): their outputs' shapes are the
+ * node's, and the checks that needed concrete dims run then.  The node's
+ * value packs its outputs, each 64-byte aligned; a GET copies one out.
+ *
+ * Running: a body's inputs are views bound to memory each step (the
+ * node's inputs, a slice of an x, the current carries); its outputs are
+ * copied where they go.  Carries alternate between the node's own value
+ * and a second buffer of the same layout, so a body that swaps two carries
+ * reads each before either is written.  A body runs on the plan's
+ * executor where no team is running (the plan around runs on the calling
+ * thread: function.c), so its independent nodes spread over the workers;
+ * inside a team (a plan that a trace made run on the team) it runs on the
+ * worker that took the node.  Either way it runs the same tiles, so the
+ * bits are the same at every thread count. */
+#include <omp.h>
+#include <string.h>
+
+#include "sched/sched.h"
+
+struct graft__ctl_exec {
+  const graft__ctl *c;
+  graft__plan *sub[2];
+  int alone[2];                /* the body runs on the calling thread anyway */
+  int n_all;                   /* outputs, the saved ones included */
+  graft__shape *osh;           /* their concrete shapes */
+  int64_t *off, *bytes;        /* their place in the packed value */
+  int64_t total;
+  unsigned char *pong;         /* the second carry buffer (WHILE, SCAN) */
+  int64_t steps;               /* SCAN: the xs' length */
+  int64_t *x_bytes;            /* SCAN: one slice of each x */
+  const graft_runtime *rt;
+  int sched;
+};
+
+void graft__ctl_exec_destroy(graft__ctl_exec *e) {
+  if (!e) return;
+  for (int k = 0; k < 2; k++) graft__plan_destroy(e->sub[k]);
+  graft__free(e->osh);
+  graft__free(e->off);
+  graft__free(e->bytes);
+  graft__free(e->pong);
+  graft__free(e->x_bytes);
+  graft__free(e);
+}
+
+int64_t graft__ctl_exec_arena(const graft__ctl_exec *e) {
+  int64_t b = e->c->kind == GRAFT__CTL_WHILE || e->c->kind == GRAFT__CTL_SCAN ? e->total : 0;
+  for (int k = 0; k < 2; k++)
+    if (e->sub[k]) b += e->sub[k]->stats.arena_bytes;
+  return b;
+}
+
+/* ---- compile ---------------------------------------------------------------- */
+
+static graft_status failf(graft__shape_ctx *sc, graft_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static graft_status failf(graft__shape_ctx *sc, graft_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  graft__vmsgf(sc->msg, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static const char *text(char *buf, size_t len, const graft__shape *s) {
+  char dims[160];
+  graft__shape_str(dims, sizeof dims, s->rank, s->dims);
+  snprintf(buf, len, "%s%s", graft_dtype_name(s->dtype), dims);
+  return buf;
+}
+
+static int same(const graft__shape *a, const graft__shape *b) {
+  return a->dtype == b->dtype && a->rank == b->rank &&
+         !memcmp(a->dims, b->dims, (size_t)a->rank * sizeof *a->dims);
+}
+
+/* The concrete shape of output i of body k. */
+static void sub_out(const graft__plan *sp, int i, graft__shape *s) {
+  const graft__tview *v = graft__plan_view(sp, sp->g->outputs[i]);
+  s->dtype = v->dtype;
+  s->rank = v->rank;
+  memcpy(s->dims, v->shape, sizeof s->dims);
+}
+
+static const char *const body_name[4][2] = {
+    [GRAFT__CTL_COND] = {"then branch", "else branch"},
+    [GRAFT__CTL_WHILE] = {"cond", "body"},
+    [GRAFT__CTL_SCAN] = {"body", ""},
+    [GRAFT__CTL_REMAT] = {"body", ""}};
+
+/* Compile body k of e for the node's concrete input shapes in[]. */
+static graft_status compile_body(graft__shape_ctx *sc, const graft__plan *p, graft__ctl_exec *e,
+                                 int k, const graft__shape *in) {
+  const graft__ctl *c = e->c;
+  const graft__graph *sg = c->sub[k]->g;
+  int ns = sg->n_inputs;
+  int64_t(*dims)[GRAFT_MAX_RANK] = graft__calloc((size_t)ns + 1, sizeof *dims);
+  const int64_t **ptr = graft__calloc((size_t)ns + 1, sizeof *ptr);
+  if (!dims || !ptr) {
+    graft__free(dims);
+    graft__free(ptr);
+    return failf(sc, GRAFT_ENOMEM, "out of memory");
+  }
+  int x0 = c->has_len + c->n_carry;
+  for (int j = 0; j < ns; j++) {
+    int idx = c->map[k][j];
+    const graft__shape *s = &in[idx];
+    int drop = c->kind == GRAFT__CTL_SCAN && idx >= x0 && idx < x0 + c->n_xs;
+    memcpy(dims[j], s->dims + drop, (size_t)(s->rank - drop) * sizeof(int64_t));
+    ptr[j] = dims[j];
+  }
+  char msg[GRAFT__MSG_LEN];
+  graft__plan_opts o = p->opts;
+  graft_status st = graft__plan_compile_dims(sg, ptr, &o, &e->sub[k], msg);
+  graft__free(dims);
+  graft__free(ptr);
+  if (st) return failf(sc, st, "%s: %s", body_name[c->kind][k], msg);
+  e->alone[k] = graft__plan_runs_alone(e->sub[k], o.grain);
+  return GRAFT_OK;
+}
+
+/* Lay the outputs out (64-byte aligned) and size the node's value. */
+static graft_status layout(graft__shape_ctx *sc, graft__ctl_exec *e) {
+  e->total = 0;
+  for (int i = 0; i < e->n_all; i++) {
+    char why[GRAFT__MSG_LEN];
+    if (graft__size_check(e->osh[i].rank, e->osh[i].dims, e->osh[i].dtype, NULL, &e->bytes[i], why,
+                          sizeof why) ||
+        graft__size_add(e->total, (e->bytes[i] + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN,
+                        &e->total))
+      return failf(sc, GRAFT_ENOMEM, "output %d: %s", i, why);
+    e->off[i] = e->total - (e->bytes[i] + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN;
+  }
+  return GRAFT_OK;
+}
+
+static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graft__node *n,
+                                const graft__shape *in, graft__shape *out) {
+  const graft__ctl *c = n->attr.ctl.ctl;
+  graft__ctl_exec *e = graft__calloc(1, sizeof *e);
+  if (!e) return failf(sc, GRAFT_ENOMEM, "out of memory");
+  p->ctl[n->id] = e; /* the plan frees it, whatever happens next */
+  p->has_ctl = 1;
+  e->c = c;
+  e->rt = p->opts.rt;
+  e->sched = p->opts.sched;
+  e->n_all = graft__ctl_outputs(c);
+  e->osh = graft__calloc((size_t)e->n_all + 1, sizeof *e->osh);
+  e->off = graft__calloc((size_t)e->n_all + 1, sizeof *e->off);
+  e->bytes = graft__calloc((size_t)e->n_all + 1, sizeof *e->bytes);
+  e->x_bytes = graft__calloc((size_t)c->n_xs + 1, sizeof *e->x_bytes);
+  if (!e->osh || !e->off || !e->bytes || !e->x_bytes) return failf(sc, GRAFT_ENOMEM, "out of memory");
+  graft_status st;
+  for (int k = 0; k < c->n_subs; k++)
+    if ((st = compile_body(sc, p, e, k, in))) return st;
+  char a[200], b[200];
+  int x0 = c->has_len + c->n_carry;
+  switch (c->kind) {
+  case GRAFT__CTL_COND:
+    for (int i = 0; i < c->n_out; i++) {
+      graft__shape t, f;
+      sub_out(e->sub[0], i, &t);
+      sub_out(e->sub[1], i, &f);
+      if (!same(&t, &f))
+        return failf(sc, GRAFT_ESHAPE, "output %d is %s in the then branch but %s in the else "
+                     "branch for these inputs", i, text(a, sizeof a, &t), text(b, sizeof b, &f));
+      e->osh[i] = t;
+    }
+    break;
+  case GRAFT__CTL_WHILE: {
+    graft__shape pr;
+    sub_out(e->sub[0], 0, &pr);
+    if (pr.rank != 0)
+      return failf(sc, GRAFT_ESHAPE, "the cond callback's output is %s (expected a scalar)",
+                   text(a, sizeof a, &pr));
+    for (int i = 0; i < c->n_carry; i++) {
+      sub_out(e->sub[1], i, &e->osh[i]);
+      if (!same(&e->osh[i], &in[i]))
+        return failf(sc, GRAFT_ESHAPE, "var %d is %s from the body but %s in init for these "
+                     "inputs", i, text(a, sizeof a, &e->osh[i]), text(b, sizeof b, &in[i]));
+    }
+    for (int i = 0; c->save && i < c->n_carry; i++) {
+      graft__shape *s = &e->osh[c->n_out + i];
+      *s = in[i];
+      memmove(s->dims + 1, s->dims, (size_t)s->rank * sizeof *s->dims);
+      s->dims[0] = c->max_iters;
+      s->rank++;
+    }
+    if (c->save) e->osh[c->n_out + c->n_carry] = (graft__shape){.dtype = GRAFT_I32};
+    break;
+  }
+  case GRAFT__CTL_SCAN:
+    e->steps = in[x0].dims[0];
+    for (int i = 0; i < c->n_xs; i++) {
+      const graft__shape *x = &in[x0 + i];
+      if (x->dims[0] != e->steps)
+        return failf(sc, GRAFT_ESHAPE, "xs[%d] is %s but xs[0] is %s for these inputs (every x "
+                     "needs the same leading length)", i, text(a, sizeof a, x),
+                     text(b, sizeof b, &in[x0]));
+      graft__size_check(x->rank - 1, x->dims + 1, x->dtype, NULL, &e->x_bytes[i], a, sizeof a);
+    }
+    for (int i = 0; i < c->n_out; i++) {
+      graft__shape *s = &e->osh[i];
+      sub_out(e->sub[0], i, s);
+      if (i < c->n_carry) {
+        if (!same(s, &in[c->has_len + i]))
+          return failf(sc, GRAFT_ESHAPE, "carry %d is %s from the body but %s in init for these "
+                       "inputs", i, text(a, sizeof a, s), text(b, sizeof b, &in[c->has_len + i]));
+        continue;
+      }
+      memmove(s->dims + 1, s->dims, (size_t)s->rank * sizeof *s->dims);
+      s->dims[0] = e->steps;
+      s->rank++;
+    }
+    for (int i = 0; c->save && i < c->n_carry; i++) {
+      graft__shape *s = &e->osh[c->n_out + i];
+      *s = e->osh[i];
+      memmove(s->dims + 1, s->dims, (size_t)s->rank * sizeof *s->dims);
+      s->dims[0] = e->steps;
+      s->rank++;
+    }
+    break;
+  case GRAFT__CTL_REMAT:
+    for (int i = 0; i < c->n_out; i++) sub_out(e->sub[0], i, &e->osh[i]);
+    break;
+  }
+  if ((st = layout(sc, e))) return st;
+  if (c->n_carry) {
+    int64_t pong = e->off[c->n_carry - 1] + e->bytes[c->n_carry - 1];
+    if (!(e->pong = graft__aligned_alloc((size_t)(pong ? pong : 1), GRAFT__ALIGN)))
+      return failf(sc, GRAFT_ENOMEM, "out of memory");
+  }
+  out->dtype = GRAFT_I32;
+  out->rank = 1;
+  out->dims[0] = (e->total + 3) / 4;
+  return GRAFT_OK;
+}
+
+graft_status graft__ctl_shape(graft__shape_ctx *sc, const graft__node *n, const graft__shape *in,
+                              graft__shape *out) {
+  graft__plan *p = sc->ctl_arg;
+  if (n->op != GRAFT__OP_GET) return compile_ctl(sc, p, n, in, out);
+  const graft__ctl_exec *e = p->ctl[n->in[0]];
+  int i = n->attr.get.index;
+  if (!e || i < 0 || i >= e->n_all) return failf(sc, GRAFT_EINTERNAL, "output %d of nothing", i);
+  *out = e->osh[i];
+  return GRAFT_OK;
+}
+
+graft_status graft__ctl_attach(graft__plan *p) {
+  const graft__graph *g = p->g;
+  for (uint32_t id = 0; id < g->n_nodes; id++) {
+    const graft__node *n = graft__graph_node(p->g, id);
+    const graft__ctl_exec *e = p->ctl[id];
+    if (n->op == GRAFT__OP_GET && p->live[id]) e = p->ctl[n->in[0]];
+    if (!e || !p->live[id]) continue;
+    graft__node *w = graft__plan_writable(p, id);
+    if (!w) return GRAFT_ENOMEM;
+    w->exec = e;
+    if (w->op == GRAFT__OP_GET) w->attr.get.offset = e->off[w->attr.get.index];
+  }
+  return GRAFT_OK;
+}
+
+/* ---- run --------------------------------------------------------------------- */
+
+static graft_status run_body(const graft__ctl_exec *e, int k, char *msg) {
+  graft__plan *sp = e->sub[k];
+  if (e->rt && !e->alone[k] && !omp_in_parallel()) {
+    if (e->sched == GRAFT__SCHED_WS) return graft__exec_ws(sp, e->rt, msg);
+    if (e->sched == GRAFT__SCHED_OMP) return graft__exec_omp(sp, e->rt, msg);
+  }
+  return graft__exec_seq(sp, msg);
+}
+
+static void bind(const graft__ctl_exec *e, int k, int j, const void *data) {
+  graft__plan *sp = e->sub[k];
+  graft__plan_view(sp, sp->g->inputs[j])->data = (void *)data;
+}
+
+/* Bind body k's inputs at j >= from to the node's inputs they map to. */
+static void bind_captures(const graft__ctl_exec *e, const graft__kargs *k, int b, int from) {
+  const graft__graph *sg = e->sub[b]->g;
+  for (int j = from; j < sg->n_inputs; j++) bind(e, b, j, k->in[e->c->map[b][j]]->data);
+}
+
+static const void *out_data(const graft__ctl_exec *e, int k, int i) {
+  graft__plan *sp = e->sub[k];
+  return graft__plan_view(sp, sp->g->outputs[i])->data;
+}
+
+static int truth(const graft__tview *v) {
+  switch (v->dtype) {
+  case GRAFT_F32: return *(const float *)v->data != 0;
+  case GRAFT_F64: return *(const double *)v->data != 0;
+  default: return *(const int32_t *)v->data != 0;
+  }
+}
+
+static void copy(void *to, const void *from, int64_t bytes) {
+  if (to != from && bytes) memcpy(to, from, (size_t)bytes);
+}
+
+static graft_status body_failed(const graft__kargs *k, graft_status st, const char *where,
+                                int64_t step, const char *msg) {
+  if (step >= 0) graft__msgf(k->msg, "%s, iteration %lld: %s", where, (long long)step, msg);
+  else graft__msgf(k->msg, "%s: %s", where, msg);
+  return st;
+}
+
+static graft_status run_cond(const graft__ctl_exec *e, const graft__kargs *k, unsigned char *out) {
+  int b = truth(k->in[0]) ? 0 : 1;
+  char msg[GRAFT__MSG_LEN];
+  bind_captures(e, k, b, 0);
+  graft_status st = run_body(e, b, msg);
+  if (st) return body_failed(k, st, body_name[GRAFT__CTL_COND][b], -1, msg);
+  for (int i = 0; i < e->c->n_out; i++) copy(out + e->off[i], out_data(e, b, i), e->bytes[i]);
+  return GRAFT_OK;
+}
+
+static graft_status run_remat(const graft__ctl_exec *e, const graft__kargs *k, unsigned char *out) {
+  char msg[GRAFT__MSG_LEN];
+  bind_captures(e, k, 0, 0);
+  graft_status st = run_body(e, 0, msg);
+  if (st) return body_failed(k, st, "body", -1, msg);
+  for (int i = 0; i < e->c->n_out; i++) copy(out + e->off[i], out_data(e, 0, i), e->bytes[i]);
+  return GRAFT_OK;
+}
+
+/* Carries live in cur (the node's value or the pong buffer, same layout);
+ * a step's new carries go to the other one. */
+static graft_status run_while(const graft__ctl_exec *e, const graft__kargs *k, unsigned char *out) {
+  const graft__ctl *c = e->c;
+  int nc = c->n_carry;
+  unsigned char *cur = out, *next = e->pong;
+  for (int i = 0; i < nc; i++) copy(out + e->off[i], k->in[i]->data, e->bytes[i]);
+  bind_captures(e, k, 0, nc);
+  bind_captures(e, k, 1, nc);
+  char msg[GRAFT__MSG_LEN];
+  int64_t it = 0;
+  graft_status st = GRAFT_OK;
+  for (;; it++) {
+    if (c->max_iters && it == c->max_iters) break;
+    for (int i = 0; i < nc; i++) bind(e, 0, i, cur + e->off[i]);
+    if ((st = run_body(e, 0, msg))) return body_failed(k, st, "cond", it, msg);
+    if (!truth(graft__plan_view(e->sub[0], e->sub[0]->g->outputs[0]))) break;
+    for (int i = 0; c->save && i < nc; i++)
+      memcpy(out + e->off[c->n_out + i] + it * e->bytes[i], cur + e->off[i], (size_t)e->bytes[i]);
+    for (int i = 0; i < nc; i++) bind(e, 1, i, cur + e->off[i]);
+    if ((st = run_body(e, 1, msg))) return body_failed(k, st, "body", it, msg);
+    for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 1, i), e->bytes[i]);
+    unsigned char *x = cur;
+    cur = next;
+    next = x;
+  }
+  for (int i = 0; cur != out && i < nc; i++) copy(out + e->off[i], cur + e->off[i], e->bytes[i]);
+  if (c->save) {
+    for (int i = 0; i < nc; i++) /* the rows past the count: zeros, not stale bytes */
+      memset(out + e->off[c->n_out + i] + it * e->bytes[i], 0,
+             (size_t)((c->max_iters - it) * e->bytes[i]));
+    *(int32_t *)(out + e->off[c->n_out + nc]) = (int32_t)it;
+  }
+  return GRAFT_OK;
+}
+
+static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, unsigned char *out) {
+  const graft__ctl *c = e->c;
+  int nc = c->n_carry, pre = c->has_len, x0 = pre + nc;
+  int64_t T = e->steps, len = T;
+  if (pre) {
+    int32_t l = *(const int32_t *)k->in[0]->data;
+    len = l < 0 ? 0 : l > T ? T : l;
+  }
+  unsigned char *cur = out, *next = e->pong;
+  for (int i = 0; i < nc; i++) copy(out + e->off[i], k->in[pre + i]->data, e->bytes[i]);
+  bind_captures(e, k, 0, nc + c->n_xs);
+  char msg[GRAFT__MSG_LEN];
+  for (int s = 0; s < len; s++) {
+    int64_t r = c->reverse ? len - 1 - s : s;
+    for (int i = 0; i < nc; i++) {
+      bind(e, 0, i, cur + e->off[i]);
+      if (c->save)
+        memcpy(out + e->off[c->n_out + i] + r * e->bytes[i], cur + e->off[i], (size_t)e->bytes[i]);
+    }
+    for (int i = 0; i < c->n_xs; i++)
+      bind(e, 0, nc + i, (const unsigned char *)k->in[x0 + i]->data + r * e->x_bytes[i]);
+    graft_status st = run_body(e, 0, msg);
+    if (st) return body_failed(k, st, "body", r, msg);
+    for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 0, i), e->bytes[i]);
+    for (int i = nc; i < c->n_out; i++) {
+      int64_t row = T ? e->bytes[i] / T : 0;
+      memcpy(out + e->off[i] + r * row, out_data(e, 0, i), (size_t)row);
+    }
+    unsigned char *x = cur;
+    cur = next;
+    next = x;
+  }
+  for (int i = 0; cur != out && i < nc; i++) copy(out + e->off[i], cur + e->off[i], e->bytes[i]);
+  if (len < T) { /* rows no step wrote: zeros */
+    for (int i = nc; i < graft__ctl_outputs(c); i++) {
+      int64_t row = e->bytes[i] / T;
+      memset(out + e->off[i] + len * row, 0, (size_t)((T - len) * row));
+    }
+  }
+  return GRAFT_OK;
+}
+
+static graft_status run(const graft__kargs *k) {
+  const graft__ctl_exec *e = k->node->exec;
+  unsigned char *out = k->out->data;
+  switch (e->c->kind) {
+  case GRAFT__CTL_COND: return run_cond(e, k, out);
+  case GRAFT__CTL_WHILE: return run_while(e, k, out);
+  case GRAFT__CTL_SCAN: return run_scan(e, k, out);
+  default: return run_remat(e, k, out);
+  }
+}
+
+/* The kernel-table rows (kernels.h) of the control ops live here: their
+ * "kernel" is running plans. */
+graft_status graft__k_COND(const graft__kargs *k, int64_t begin, int64_t end) {
+  (void)begin, (void)end;
+  return run(k);
+}
+graft_status graft__k_WHILE(const graft__kargs *k, int64_t begin, int64_t end) {
+  (void)begin, (void)end;
+  return run(k);
+}
+graft_status graft__k_SCAN(const graft__kargs *k, int64_t begin, int64_t end) {
+  (void)begin, (void)end;
+  return run(k);
+}
+graft_status graft__k_REMAT(const graft__kargs *k, int64_t begin, int64_t end) {
+  (void)begin, (void)end;
+  return run(k);
+}
+
+/* GET: elements [begin, end) of output attr.get.index, at its offset. */
+graft_status graft__k_GET(const graft__kargs *k, int64_t begin, int64_t end) {
+  size_t es = graft_dtype_size(k->out->dtype);
+  const unsigned char *from = (const unsigned char *)k->in[0]->data + k->node->attr.get.offset;
+  memcpy((unsigned char *)k->out->data + begin * es, from + begin * es, (size_t)(end - begin) * es);
+  return GRAFT_OK;
+}
