@@ -106,6 +106,12 @@ typedef struct graft_plan_stats {
                              groups counts twice) */
   int64_t fused_dropped;  /* values no longer stored: every reader computes
                              them inside its group */
+  int64_t control_nodes;  /* cond / while_loop / scan / remat nodes, their
+                             bodies' own included (arena_bytes counts the
+                             bodies' arenas too) */
+  int64_t body_runs;      /* last call: times a body ran (each iteration of
+                             each body counts) */
+  int64_t body_ops;       /* last call: ops those runs executed */
 } graft_plan_stats;
 
 /* Create a function on rt.  desc is copied.  GRAFT_EINVAL for a NULL trace

@@ -33,9 +33,10 @@ static int is_float(graft_value *v) { return graft__grad_is_float(v); }
 
 /* In body trace t: replay s on prim[] (values of t, distinct), then the
  * cotangents of its inputs for the output cotangents cot[i] (NULL: none):
- * gx[j] for each float input (zeros where unconnected), NULL otherwise. */
+ * gx[j] for each float input that want[j] asks for (zeros where
+ * unconnected), NULL for the others. */
 static graft_status body_vjp(graft_trace *t, const graft__sub *s, graft_value *const *prim,
-                             graft_value *const *cot, graft_value **gx) {
+                             const uint8_t *want, graft_value *const *cot, graft_value **gx) {
   int ns = s->g->n_inputs, no = s->g->n_outputs;
   graft_value **buf = graft__calloc((size_t)(2 * no + 2 * ns) + 1, sizeof *buf);
   if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "backward body: out of memory");
@@ -49,11 +50,11 @@ static graft_status body_vjp(graft_trace *t, const graft__sub *s, graft_value *c
     }
   for (int j = 0; j < ns; j++) {
     gx[j] = NULL;
-    if (is_float(prim[j])) xs[nx++] = prim[j];
+    if (want[j] && is_float(prim[j])) xs[nx++] = prim[j];
   }
   if (!st && ny && nx) st = graft_gradients(t, ny, outs, seeds, nx, xs, GRAFT_UNCONNECTED_ZERO, g);
   for (int j = 0, k = 0; j < ns && !st; j++)
-    if (is_float(prim[j])) gx[j] = ny ? g[k++] : graft_zeros_like(t, prim[j]);
+    if (want[j] && is_float(prim[j])) gx[j] = ny ? g[k++] : graft_zeros_like(t, prim[j]);
   graft__free(buf);
   return t->status;
 }
@@ -97,6 +98,7 @@ typedef struct branch_ctx {
   int n_extra;                 /* cotangents / tangents after the inputs */
   int *extra_of;               /* reverse: output i's cotangent's position,
                                   forward: input idx's tangent's, or -1 */
+  const uint8_t *need;         /* reverse: the inputs whose cotangent is used */
 } branch_ctx;
 
 static graft_status branch_vjp(graft_trace *t, int n, graft_value *const *vals, int n_out,
@@ -106,16 +108,25 @@ static graft_status branch_vjp(graft_trace *t, int n, graft_value *const *vals, 
   int ns = s->g->n_inputs, no = s->g->n_outputs, m = x->n_in - x->pre;
   (void)n, (void)n_out;
   graft_value **buf = graft__calloc((size_t)(2 * ns + no) + 1, sizeof *buf);
-  if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "%s backward: out of memory", x->c->name);
+  uint8_t *want = graft__calloc((size_t)ns + 1, 1);
+  if (!buf || !want) {
+    graft__free(buf);
+    graft__free(want);
+    return graft_trace_fail(t, GRAFT_ENOMEM, "%s backward: out of memory", x->c->name);
+  }
   graft_value **prim = buf, **gx = buf + ns, **cot = buf + 2 * ns;
-  for (int j = 0; j < ns; j++) prim[j] = vals[x->c->map[k][j] - x->pre];
+  for (int j = 0; j < ns; j++) {
+    prim[j] = vals[x->c->map[k][j] - x->pre];
+    want[j] = x->need[x->c->map[k][j]];
+  }
   for (int i = 0; i < no; i++) cot[i] = x->extra_of[i] >= 0 ? vals[m + x->extra_of[i]] : NULL;
-  graft_status st = body_vjp(t, s, prim, cot, gx);
+  graft_status st = body_vjp(t, s, prim, want, cot, gx);
+  graft__free(want);
   /* one output per float input of the node: this body's cotangent for it
    * (map is one-to-one), or zeros where the body does not use it */
   int o = 0;
   for (int idx = x->pre; idx < x->n_in && !st; idx++) {
-    if (!is_float(x->in[idx])) continue;
+    if (!x->need[idx] || !is_float(x->in[idx])) continue;
     graft_value *v = NULL;
     for (int j = 0; j < ns && !v; j++)
       if (x->c->map[k][j] == idx) v = gx[j];
@@ -175,11 +186,14 @@ static graft_status branch_node(graft_trace *t, const graft__ctl *c, graft_value
 }
 
 static graft_status branch_rule(graft_trace *t, const graft__node *nd, graft_value *const *in,
-                                graft_value *const *extra, graft_value **res, int fwd) {
+                                const uint8_t *need, graft_value *const *extra, graft_value **res,
+                                int fwd) {
   const graft__ctl *c = nd->attr.ctl.ctl;
   int pre = c->kind == GRAFT__CTL_COND, n_in = nd->n_in, n_y = c->n_out;
   int n_aux = fwd ? n_in : n_y; /* tangents per input, or cotangents per output */
-  graft_value **ins = graft__calloc((size_t)(n_in + n_aux + n_y) + 1, sizeof *ins);
+  /* ins: the new node's inputs; outs: its results, one per float output
+   * (forward) or float input (reverse) */
+  graft_value **ins = graft__calloc((size_t)(2 * n_in + n_aux + n_y) + 1, sizeof *ins);
   int *extra_of = graft__calloc((size_t)n_aux + 1, sizeof *extra_of);
   if (!ins || !extra_of) {
     graft__free(ins);
@@ -199,18 +213,19 @@ static graft_status branch_rule(graft_trace *t, const graft__node *nd, graft_val
   if (fwd) {
     for (int i = 0; i < n_y; i++) n_res += is_float(graft__value(t->g, c->gets[i]));
   } else {
-    for (int idx = pre; idx < n_in; idx++) n_res += is_float(in[idx]);
+    for (int idx = pre; idx < n_in; idx++) n_res += need[idx] && is_float(in[idx]);
   }
   graft_status st = GRAFT_OK;
   if (ne && n_res) {
-    branch_ctx x = {c, pre, n_in, in, ne, extra_of};
+    branch_ctx x = {c, pre, n_in, in, ne, extra_of, need};
     st = branch_node(t, c, in, m, ins, fwd, n_res, outs, &x);
   }
   /* back to per input (reverse) or per output (forward) */
   int o = 0;
   for (int i = 0; i < (fwd ? n_y : n_in) && !st; i++) {
     res[i] = NULL;
-    int fl = fwd ? is_float(graft__value(t->g, c->gets[i])) : i >= pre && is_float(in[i]);
+    int fl = fwd ? is_float(graft__value(t->g, c->gets[i]))
+                 : i >= pre && need[i] && is_float(in[i]);
     if (fl && ne) res[i] = outs[o++];
   }
   graft__free(ins);
@@ -232,6 +247,7 @@ typedef struct loop_ctx {
   int nc, nx, nfc, nfcap, nfy, nfx, has_cts;
   int *fc, *fcap, *fy, *fx;    /* float carries / capture sub inputs / ys / xs */
   /* forward mode */
+  const uint8_t *want;         /* per sub input: its cotangent is used */
   int *tx;                     /* per x: its tangent's position or -1 */
   graft_value *const *tin;     /* the node's input tangents */
   int ntx;
@@ -254,7 +270,7 @@ static graft_status loop_vjp_body(graft_trace *t, int n, graft_value *const *val
     prim[j] = j < nc ? S[j] : j < nc + nx ? xt[j - nc] : local(t, x->in[c->map[x->k][j]]);
   for (int i = 0; i < x->nfc; i++) cot[x->fc[i]] = ct_c[i];
   for (int i = 0; i < x->nfy; i++) cot[nc + x->fy[i]] = cty[i];
-  graft_status st = body_vjp(t, s, prim, cot, gx);
+  graft_status st = body_vjp(t, s, prim, x->want, cot, gx);
   int o = 0;
   for (int i = 0; i < x->nfc && !st; i++) {
     graft_value *g = gx[x->fc[i]];
@@ -275,7 +291,8 @@ static int floats(graft_value *const *v, int n, int *idx) {
 }
 
 static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value *const *in,
-                             graft_value *const *cot, int n_cot, graft_value **gx) {
+                             const uint8_t *need, graft_value *const *cot, int n_cot,
+                             graft_value **gx) {
   graft__ctl *c = nd->attr.ctl.ctl;
   int is_while = c->kind == GRAFT__CTL_WHILE;
   if (is_while && !c->max_iters)
@@ -304,13 +321,24 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
   /* the node's float carries (by the final values), captures, ys, xs */
   for (int i = 0; i < nc; i++) tmp[i] = graft__value(t->g, c->gets[i]);
   x.nfc = floats(tmp, nc, x.fc);
-  for (int j = 0; j < ncap; j++) tmp[j] = in[c->map[k][nc + nx + j]];
+  /* (captures and xs: only those whose cotangent is used) */
+  for (int j = 0; j < ncap; j++) tmp[j] = need[c->map[k][nc + nx + j]] ? in[c->map[k][nc + nx + j]] : NULL;
   x.nfcap = floats(tmp, ncap, x.fcap);
   for (int j = 0; j < x.nfcap; j++) x.fcap[j] += nc + nx; /* as sub inputs */
   for (int i = 0; i < ny; i++) tmp[i] = graft__value(t->g, c->gets[nc + i]);
   x.nfy = floats(tmp, ny, x.fy);
-  for (int i = 0; i < nx; i++) tmp[i] = in[pre + nc + i];
+  for (int i = 0; i < nx; i++) tmp[i] = need[pre + nc + i] ? in[pre + nc + i] : NULL;
   x.nfx = floats(tmp, nx, x.fx);
+  uint8_t *want = graft__calloc((size_t)ns + 1, 1); /* carries always: the chain runs through */
+  if (!want) {
+    graft__free(ib);
+    graft__free(vb);
+    return graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", c->name);
+  }
+  for (int j = 0; j < nc; j++) want[j] = 1;
+  for (int i = 0; i < x.nfx; i++) want[nc + x.fx[i]] = 1;
+  for (int j = 0; j < x.nfcap; j++) want[x.fcap[j]] = 1;
+  x.want = want;
   /* the saved outputs' cotangents (only if they existed before this call) */
   graft_value *const *cts = n_cot > c->n_out ? cot + c->n_out : NULL;
   for (int i = 0; cts && i < x.nfc; i++) x.has_cts |= cts[x.fc[i]] != NULL;
@@ -345,6 +373,7 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
   }
   graft__free(ib);
   graft__free(vb);
+  graft__free(want);
   return t->status;
 }
 
@@ -461,18 +490,19 @@ static graft_status loop_jvp(graft_trace *t, const graft__node *nd, graft_value 
 /* ---- entry points (reverse.c, forward.c) --------------------------------------- */
 
 graft_status graft__vjp_ctl(graft_trace *t, const graft__node *n, graft_value *const *in,
-                            graft_value *const *cot, int n_cot, graft_value **gx) {
+                            const uint8_t *need, graft_value *const *cot, int n_cot,
+                            graft_value **gx) {
   const graft__ctl *c = n->attr.ctl.ctl;
   if (c->kind == GRAFT__CTL_COND || c->kind == GRAFT__CTL_REMAT)
-    return branch_rule(t, n, in, cot, gx, 0);
-  return loop_vjp(t, n, in, cot, n_cot, gx);
+    return branch_rule(t, n, in, need, cot, gx, 0);
+  return loop_vjp(t, n, in, need, cot, n_cot, gx);
 }
 
 graft_status graft__jvp_ctl(graft_trace *t, const graft__node *n, graft_value *const *in,
                             graft_value *const *tin, graft_value **tout) {
   const graft__ctl *c = n->attr.ctl.ctl;
   if (c->kind == GRAFT__CTL_COND || c->kind == GRAFT__CTL_REMAT)
-    return branch_rule(t, n, in, tin, tout, 1);
+    return branch_rule(t, n, in, NULL, tin, tout, 1);
   return loop_jvp(t, n, in, tin, tout);
 }
 

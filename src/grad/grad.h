@@ -47,11 +47,12 @@ GRAFT_OP_MAP(GRAFT__JVP_DECL_)
 
 /* Control nodes (control.c): their outputs are GETs, so their rules take
  * the cotangent of each output, the saved ones included (cot[i] for i <
- * n_cot, NULL for none: the rule may add saved outputs), setting gx[j] per
- * input; and give the tangent of each output
+ * n_cot, NULL for none: the rule may add saved outputs), setting gx[j] for
+ * each input j that need[j] marks (the others' would go unused); and give the tangent of each output
  * (tout[i], NULL for a zero) from the inputs' (tin[j]). */
 graft_status graft__vjp_ctl(graft_trace *t, const graft__node *n, graft_value *const *in,
-                            graft_value *const *cot, int n_cot, graft_value **gx);
+                            const uint8_t *need, graft_value *const *cot, int n_cot,
+                            graft_value **gx);
 graft_status graft__jvp_ctl(graft_trace *t, const graft__node *n, graft_value *const *in,
                             graft_value *const *tin, graft_value **tout);
 

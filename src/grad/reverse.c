@@ -28,9 +28,12 @@ static void control(graft_trace *t, const char *fn, const graft__node *nd, graft
     uint32_t get = i < c->n_out ? c->gets[i] : c->save_get + (uint32_t)(i - c->n_out);
     any |= (oc[i] = cot[get]) != NULL;
   }
+  uint8_t *need = any ? graft__malloc((size_t)nd->n_in + 1) : NULL;
+  for (int j = 0; need && j < nd->n_in; j++) need[j] = from_x[nd->in[j]] && to_y[nd->in[j]];
+  if (any && !need) graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", fn);
   graft__grad_args a;
-  if (any && graft__grad_args_get(t, fn, nd, &a)) {
-    graft__vjp_ctl(t, nd, a.in, oc, n_all, a.aux);
+  if (need && graft__grad_args_get(t, fn, nd, &a)) {
+    graft__vjp_ctl(t, nd, a.in, need, oc, n_all, a.aux);
     for (int j = 0; j < nd->n_in && !t->status; j++) {
       uint32_t u = nd->in[j];
       if (a.aux[j] && from_x[u] && to_y[u] && graft__grad_is_float(a.in[j]))
@@ -38,6 +41,7 @@ static void control(graft_trace *t, const char *fn, const graft__node *nd, graft
     }
     graft__grad_args_free(&a);
   }
+  graft__free(need);
   graft__free(oc);
 }
 

@@ -351,10 +351,12 @@ static void poison_all(int n, graft_value **outs) {
   for (int i = 0; outs && i < n; i++) outs[i] = GRAFT__POISON;
 }
 
-/* Entry checks shared by the four: t usable, counts sane. */
+/* Entry checks shared by the four: t usable, counts sane.  (The outs are
+ * written last, on success, or poisoned on failure by the public entry:
+ * they may be the ins' array.) */
 static graft_status enter(graft_trace *t, const char *what, int n_out, graft_value **outs, int ok) {
+  (void)n_out, (void)outs;
   if (!t) return GRAFT_EINVAL;
-  poison_all(n_out > 0 ? n_out : 0, outs);
   if (t->status) return t->status;
   if (!ok) return graft_trace_fail(t, GRAFT_EINVAL, "%s: bad counts, NULL arrays or NULL callbacks", what);
   return GRAFT_OK;
@@ -394,10 +396,9 @@ static graft_status scalar_arg(graft_trace *t, const char *what, const char *arg
                           shape_text(x, sizeof x, s));
 }
 
-GRAFT_API graft_status graft_cond(graft_trace *t, graft_value *pred, int n_in,
-                                  graft_value *const *ins, graft_trace_fn then_fn,
-                                  graft_trace_fn else_fn, void *user, int n_out,
-                                  graft_value **outs) {
+static graft_status cond_impl(graft_trace *t, graft_value *pred, int n_in, graft_value *const *ins,
+                              graft_trace_fn then_fn, graft_trace_fn else_fn, void *user, int n_out,
+                              graft_value **outs) {
   static const char *what = "cond";
   graft_status st = enter(t, what, n_out, outs,
                           n_in >= 0 && n_out >= 1 && (!n_in || ins) && outs && then_fn && else_fn);
@@ -438,7 +439,6 @@ GRAFT_API graft_status graft_cond(graft_trace *t, graft_value *pred, int n_in,
   graft__free(in);
   graft__free(osh);
   explicit_free(&e);
-  if (st) poison_all(n_out, outs);
   return t->status;
 }
 
@@ -451,10 +451,9 @@ static graft_status must_be(graft_trace *t, const graft__ctl *c, const uint32_t 
   return st ? st : agree(t, c, i, &got, known, got_is, want, 1, want_is);
 }
 
-GRAFT_API graft_status graft_while_loop(graft_trace *t, graft_trace_fn cond_fn,
-                                        graft_trace_fn body_fn, void *user, int n_vars,
-                                        graft_value *const *init, graft_value **outs,
-                                        const graft_while_opts *opts) {
+static graft_status while_impl(graft_trace *t, graft_trace_fn cond_fn, graft_trace_fn body_fn,
+                               void *user, int n_vars, graft_value *const *init, graft_value **outs,
+                               const graft_while_opts *opts) {
   static const char *what = "while_loop";
   graft_status st = enter(t, what, n_vars, outs, n_vars >= 1 && init && outs && cond_fn && body_fn);
   if (st) return st;
@@ -491,13 +490,12 @@ GRAFT_API graft_status graft_while_loop(graft_trace *t, graft_trace_fn cond_fn,
   for (int k = 0; k < 2; k++) body_free(&b[k]);
   graft__free(in);
   explicit_free(&e);
-  if (st) poison_all(n_vars, outs);
   return t->status;
 }
 
-graft_status graft__scan_ext(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
-                             graft_value *const *init, int n_xs, graft_value *const *xs, int n_ys,
-                             graft_value **outs, const graft_scan_opts *opts, graft_value *len) {
+static graft_status scan_impl(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
+                              graft_value *const *init, int n_xs, graft_value *const *xs, int n_ys,
+                              graft_value **outs, const graft_scan_opts *opts, graft_value *len) {
   static const char *what = "scan";
   int n_out = n_carry + n_ys;
   graft_status st = enter(t, what, n_out, outs,
@@ -586,18 +584,12 @@ graft_status graft__scan_ext(graft_trace *t, graft_trace_fn body_fn, void *user,
   graft__free(like);
   graft__free(osh);
   explicit_free(&e);
-  if (st) poison_all(n_out, outs);
   return t->status;
 }
 
-GRAFT_API graft_status graft_scan(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
-                                  graft_value *const *init, int n_xs, graft_value *const *xs,
-                                  int n_ys, graft_value **outs, const graft_scan_opts *opts) {
-  return graft__scan_ext(t, body_fn, user, n_carry, init, n_xs, xs, n_ys, outs, opts, NULL);
-}
 
-GRAFT_API graft_status graft_remat(graft_trace *t, graft_trace_fn fn, void *user, int n_in,
-                                   graft_value *const *ins, int n_out, graft_value **outs) {
+static graft_status remat_impl(graft_trace *t, graft_trace_fn fn, void *user, int n_in,
+                               graft_value *const *ins, int n_out, graft_value **outs) {
   static const char *what = "remat";
   graft_status st = enter(t, what, n_out, outs, n_in >= 0 && n_out >= 1 && (!n_in || ins) && outs && fn);
   if (st) return st;
@@ -628,8 +620,45 @@ GRAFT_API graft_status graft_remat(graft_trace *t, graft_trace_fn fn, void *user
   graft__free(in);
   graft__free(osh);
   explicit_free(&e);
-  if (st) poison_all(n_out, outs);
   return t->status;
+}
+
+/* The public entries: outs poisoned on failure (written on success). */
+static graft_status finish(graft_status st, int n_out, graft_value **outs) {
+  if (st && outs && n_out > 0) poison_all(n_out, outs);
+  return st;
+}
+
+GRAFT_API graft_status graft_cond(graft_trace *t, graft_value *pred, int n_in,
+                                  graft_value *const *ins, graft_trace_fn then_fn,
+                                  graft_trace_fn else_fn, void *user, int n_out,
+                                  graft_value **outs) {
+  return finish(cond_impl(t, pred, n_in, ins, then_fn, else_fn, user, n_out, outs), n_out, outs);
+}
+
+GRAFT_API graft_status graft_while_loop(graft_trace *t, graft_trace_fn cond_fn,
+                                        graft_trace_fn body_fn, void *user, int n_vars,
+                                        graft_value *const *init, graft_value **outs,
+                                        const graft_while_opts *opts) {
+  return finish(while_impl(t, cond_fn, body_fn, user, n_vars, init, outs, opts), n_vars, outs);
+}
+
+graft_status graft__scan_ext(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
+                             graft_value *const *init, int n_xs, graft_value *const *xs, int n_ys,
+                             graft_value **outs, const graft_scan_opts *opts, graft_value *len) {
+  return finish(scan_impl(t, body_fn, user, n_carry, init, n_xs, xs, n_ys, outs, opts, len),
+                n_carry + n_ys, outs);
+}
+
+GRAFT_API graft_status graft_scan(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
+                                  graft_value *const *init, int n_xs, graft_value *const *xs,
+                                  int n_ys, graft_value **outs, const graft_scan_opts *opts) {
+  return graft__scan_ext(t, body_fn, user, n_carry, init, n_xs, xs, n_ys, outs, opts, NULL);
+}
+
+GRAFT_API graft_status graft_remat(graft_trace *t, graft_trace_fn fn, void *user, int n_in,
+                                   graft_value *const *ins, int n_out, graft_value **outs) {
+  return finish(remat_impl(t, fn, user, n_in, ins, n_out, outs), n_out, outs);
 }
 
 /* ---- saved carries (for reverse mode) -------------------------------------- */

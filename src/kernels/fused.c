@@ -41,6 +41,10 @@ graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end,
     const graft__fused_member *fm = &f->m[m];
     const graft__node *nd = fm->node;
     tmp[m] = (graft__tview){NULL, k->out->numel, fm->dtype, k->out->rank, k->out->shape};
+    /* (a member is an op of one to three operands, as traced: fm->ref's) */
+    if (nd->n_in < 1 || nd->n_in > 3 || nd->fused)
+      return graft__kernel_internal(k, "fused member %d (%s) has %d operands%s", m, graft__ops[nd->op].name,
+                                    nd->n_in, nd->fused ? " and is a fused node" : "");
     for (int j = 0; j < nd->n_in; j++) {
       int r = fm->ref[j];
       if (r >= k->n_in || -1 - r >= m)

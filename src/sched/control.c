@@ -11,15 +11,15 @@
  * node's inputs, a slice of an x, the current carries); its outputs are
  * copied where they go.  Carries alternate between the node's own value
  * and a second buffer of the same layout, so a body that swaps two carries
- * reads each before either is written.  A body runs on the plan's
- * executor where no team is running (the plan around runs on the calling
- * thread: function.c), so its independent nodes spread over the workers;
- * inside a team (a plan that a trace made run on the team) it runs on the
- * worker that took the node.  Either way it runs the same tiles, so the
- * bits are the same at every thread count. */
+ * reads each before either is written.  A plan holding control flow walks
+ * its order on the calling thread (graft__ctl_run_plan), and a body runs on
+ * the runtime's executor, so its independent nodes spread over the workers
+ * (a body that holds control flow walks too).  Either way every node runs
+ * the same tiles, so the bits are the same at every thread count. */
 #include <omp.h>
 #include <string.h>
 
+#include "sched/chrome.h"
 #include "sched/sched.h"
 
 struct graft__ctl_exec {
@@ -35,6 +35,9 @@ struct graft__ctl_exec {
   int64_t *x_bytes;            /* SCAN: one slice of each x */
   const graft_runtime *rt;
   int sched;
+  /* Runs of the bodies and the ops they ran, since compile (function.c
+   * reports a call's difference): one thread runs a node at a time. */
+  int64_t runs, ops;
 };
 
 void graft__ctl_exec_destroy(graft__ctl_exec *e) {
@@ -48,11 +51,54 @@ void graft__ctl_exec_destroy(graft__ctl_exec *e) {
   graft__free(e);
 }
 
-int64_t graft__ctl_exec_arena(const graft__ctl_exec *e) {
-  int64_t b = e->c->kind == GRAFT__CTL_WHILE || e->c->kind == GRAFT__CTL_SCAN ? e->total : 0;
-  for (int k = 0; k < 2; k++)
-    if (e->sub[k]) b += e->sub[k]->stats.arena_bytes;
-  return b;
+/* ---- the bodies' shared arena ------------------------------------------------ */
+
+/* A plan holding control flow walks its order on one thread (its bodies
+ * get the team), so its control nodes run one at a time and their bodies
+ * can share memory: every body of every control node of a plan starts at
+ * the same address, and a body's own control nodes' bodies start past its
+ * arena.  The top-level plan holds that one block. */
+
+static int64_t align_up(int64_t b) { return (b + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN; }
+
+/* Bytes the bodies of q's control nodes need beside q's own arena; *pong
+ * adds the loops' second carry buffers. */
+static int64_t need(const graft__plan *q, int64_t *pong) {
+  int64_t n = 0;
+  for (uint32_t id = 0; q->ctl && id < q->g->n_nodes; id++) {
+    const graft__ctl_exec *e = q->ctl[id];
+    if (!e || !q->live[id]) continue;
+    if (e->pong) *pong += align_up(e->off[e->c->n_carry - 1] + e->bytes[e->c->n_carry - 1]);
+    for (int k = 0; k < 2; k++)
+      if (e->sub[k]) n = GRAFT__MAX(n, align_up((int64_t)e->sub[k]->arena_bytes) + need(e->sub[k], pong));
+  }
+  return n;
+}
+
+static void place_bodies(graft__plan *q, unsigned char *base) {
+  for (uint32_t id = 0; q->ctl && id < q->g->n_nodes; id++) {
+    const graft__ctl_exec *e = q->ctl[id];
+    if (!e || !q->live[id]) continue;
+    for (int k = 0; k < 2; k++) {
+      graft__plan *b = e->sub[k];
+      if (!b) continue;
+      if (!b->arena_borrowed) graft__free(b->arena);
+      b->arena = base;
+      b->arena_borrowed = 1;
+      for (uint32_t i = 0; i < b->n_order; i++)
+        graft__plan_view(b, b->order[i])->data = b->arena + b->offset[b->order[i]];
+      place_bodies(b, base + align_up((int64_t)b->arena_bytes));
+    }
+  }
+}
+
+graft_status graft__ctl_share(graft__plan *p) {
+  int64_t pong = 0, n = need(p, &pong);
+  if (!(p->ctl_arena = graft__aligned_alloc((size_t)(n ? n : GRAFT__ALIGN), GRAFT__ALIGN)))
+    return GRAFT_ENOMEM;
+  place_bodies(p, p->ctl_arena);
+  p->stats.arena_bytes += n + pong;
+  return GRAFT_OK;
 }
 
 /* ---- compile ---------------------------------------------------------------- */
@@ -116,6 +162,7 @@ static graft_status compile_body(graft__shape_ctx *sc, const graft__plan *p, gra
   }
   char msg[GRAFT__MSG_LEN];
   graft__plan_opts o = p->opts;
+  o.is_body = 1;
   graft_status st = graft__plan_compile_dims(sg, ptr, &o, &e->sub[k], msg);
   graft__free(dims);
   graft__free(ptr);
@@ -267,11 +314,77 @@ graft_status graft__ctl_attach(graft__plan *p) {
   return GRAFT_OK;
 }
 
+void graft__ctl_count(const graft__plan *p, int64_t *nodes, int64_t *runs, int64_t *ops) {
+  for (uint32_t id = 0; p->ctl && id < p->g->n_nodes; id++) {
+    const graft__ctl_exec *e = p->ctl[id];
+    if (!e || !p->live[id]) continue;
+    ++*nodes;
+    *runs += e->runs;
+    *ops += e->ops;
+    for (int k = 0; k < 2; k++)
+      if (e->sub[k]) graft__ctl_count(e->sub[k], nodes, runs, ops);
+  }
+}
+
 /* ---- run --------------------------------------------------------------------- */
 
-static graft_status run_body(const graft__ctl_exec *e, int k, char *msg) {
+/* GRAFT_TRACE: a body's slices are named by op, construct and iteration. */
+typedef struct body_trace {
+  const graft__plan *p;
+  const char *what;
+  int64_t it;
+  char name[160];
+} body_trace;
+
+static const char *traced_name(const void *ctx, uint32_t node) {
+  body_trace *b = (body_trace *)ctx;
+  const graft__node *n = graft__graph_node(b->p->g, node);
+  const char *op = n->fused ? n->fused->name : graft__ops[n->op].name;
+  if (b->it >= 0) snprintf(b->name, sizeof b->name, "%s [%s #%lld]", op, b->what, (long long)b->it);
+  else snprintf(b->name, sizeof b->name, "%s [%s]", op, b->what);
+  return b->name;
+}
+
+/* Walk p on this thread recording its slices, named as b says. */
+static graft_status walk_traced(graft__plan *p, const graft_runtime *rt, body_trace *b, char *msg) {
+  graft__trace_buf buf = {0};
+  graft_status st = graft__exec_seq_rec(p, &buf, omp_get_thread_num(),
+                                        graft__chrome_epoch(rt->trace), msg);
+  graft__chrome_write(rt->trace, p->g->name, buf.ev, buf.n, traced_name, b);
+  graft__free(buf.ev);
+  return st;
+}
+
+static graft_status run_traced(const graft__ctl_exec *e, int k, int64_t it, char *msg) {
+  char what[64];
+  snprintf(what, sizeof what, "%s.%s", e->c->name, body_name[e->c->kind][k]);
+  body_trace b = {e->sub[k], what, it, ""};
+  return walk_traced(e->sub[k], e->rt, &b, msg);
+}
+
+static const char *plain_name(const void *ctx, uint32_t node) {
+  const graft__node *n = graft__graph_node(((const graft__plan *)ctx)->g, node);
+  return n->fused ? n->fused->name : graft__ops[n->op].name;
+}
+
+graft_status graft__ctl_run_plan(graft__plan *p, const graft_runtime *rt, char *msg) {
+  if (!rt || !rt->trace) return graft__exec_seq(p, msg);
+  graft__trace_buf buf = {0};
+  graft_status st = graft__exec_seq_rec(p, &buf, 0, graft__chrome_epoch(rt->trace), msg);
+  graft__chrome_write(rt->trace, p->g->name, buf.ev, buf.n, plain_name, p);
+  graft__free(buf.ev);
+  return st;
+}
+
+/* Run body k (iteration it, -1 for none). */
+static graft_status run_body(const graft__ctl_exec *e, int k, int64_t it, char *msg) {
   graft__plan *sp = e->sub[k];
-  if (e->rt && !e->alone[k] && !omp_in_parallel()) {
+  graft__ctl_exec *m = (graft__ctl_exec *)e; /* the counters: one runner at a time */
+  m->runs++;
+  m->ops += sp->n_order;
+  if (e->rt && e->rt->trace) return run_traced(e, k, it, msg);
+  /* (a body holding control flow walks too: its control nodes share) */
+  if (e->rt && !e->alone[k] && !sp->has_ctl && !omp_in_parallel()) {
     if (e->sched == GRAFT__SCHED_WS) return graft__exec_ws(sp, e->rt, msg);
     if (e->sched == GRAFT__SCHED_OMP) return graft__exec_omp(sp, e->rt, msg);
   }
@@ -317,7 +430,7 @@ static graft_status run_cond(const graft__ctl_exec *e, const graft__kargs *k, un
   int b = truth(k->in[0]) ? 0 : 1;
   char msg[GRAFT__MSG_LEN];
   bind_captures(e, k, b, 0);
-  graft_status st = run_body(e, b, msg);
+  graft_status st = run_body(e, b, -1, msg);
   if (st) return body_failed(k, st, body_name[GRAFT__CTL_COND][b], -1, msg);
   for (int i = 0; i < e->c->n_out; i++) copy(out + e->off[i], out_data(e, b, i), e->bytes[i]);
   return GRAFT_OK;
@@ -326,7 +439,7 @@ static graft_status run_cond(const graft__ctl_exec *e, const graft__kargs *k, un
 static graft_status run_remat(const graft__ctl_exec *e, const graft__kargs *k, unsigned char *out) {
   char msg[GRAFT__MSG_LEN];
   bind_captures(e, k, 0, 0);
-  graft_status st = run_body(e, 0, msg);
+  graft_status st = run_body(e, 0, -1, msg);
   if (st) return body_failed(k, st, "body", -1, msg);
   for (int i = 0; i < e->c->n_out; i++) copy(out + e->off[i], out_data(e, 0, i), e->bytes[i]);
   return GRAFT_OK;
@@ -347,12 +460,12 @@ static graft_status run_while(const graft__ctl_exec *e, const graft__kargs *k, u
   for (;; it++) {
     if (c->max_iters && it == c->max_iters) break;
     for (int i = 0; i < nc; i++) bind(e, 0, i, cur + e->off[i]);
-    if ((st = run_body(e, 0, msg))) return body_failed(k, st, "cond", it, msg);
+    if ((st = run_body(e, 0, it, msg))) return body_failed(k, st, "cond", it, msg);
     if (!truth(graft__plan_view(e->sub[0], e->sub[0]->g->outputs[0]))) break;
     for (int i = 0; c->save && i < nc; i++)
       memcpy(out + e->off[c->n_out + i] + it * e->bytes[i], cur + e->off[i], (size_t)e->bytes[i]);
     for (int i = 0; i < nc; i++) bind(e, 1, i, cur + e->off[i]);
-    if ((st = run_body(e, 1, msg))) return body_failed(k, st, "body", it, msg);
+    if ((st = run_body(e, 1, it, msg))) return body_failed(k, st, "body", it, msg);
     for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 1, i), e->bytes[i]);
     unsigned char *x = cur;
     cur = next;
@@ -389,7 +502,7 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
     }
     for (int i = 0; i < c->n_xs; i++)
       bind(e, 0, nc + i, (const unsigned char *)k->in[x0 + i]->data + r * e->x_bytes[i]);
-    graft_status st = run_body(e, 0, msg);
+    graft_status st = run_body(e, 0, r, msg);
     if (st) return body_failed(k, st, "body", r, msg);
     for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 0, i), e->bytes[i]);
     for (int i = nc; i < c->n_out; i++) {

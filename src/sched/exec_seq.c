@@ -54,12 +54,27 @@ graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason) {
 /* Tiles run one after another too, so split reductions combine exactly as
  * in the parallel executors. */
 graft_status graft__exec_seq(graft__plan *p, char *msg) {
+  return graft__exec_seq_rec(p, NULL, 0, 0, msg);
+}
+
+static graft_status tile_rec(graft__plan *p, uint32_t i, int64_t t, char *reason,
+                             graft__trace_buf *rec, int worker, double t0) {
+  if (!rec) return graft__exec_tile(p, i, t, reason);
+  double ts = graft__now_us();
+  graft_status st = graft__exec_tile(p, i, t, reason);
+  graft__trace_add(rec, (graft__trace_event){ts - t0, graft__now_us() - ts, p->order[i], (int32_t)t,
+                                             worker, -1});
+  return st;
+}
+
+graft_status graft__exec_seq_rec(graft__plan *p, graft__trace_buf *rec, int worker, double t0,
+                                 char *msg) {
   char reason[GRAFT__MSG_LEN];
   for (uint32_t i = 0; i < p->n_order; i++) {
-    graft_status st = graft__exec_tile(p, i, 0, reason);
+    graft_status st = tile_rec(p, i, 0, reason, rec, worker, t0);
     if (!p->kargs[i].whole) {
       int32_t n = p->tiling[i].n;
-      for (int64_t t = 1; t < n && st == GRAFT_OK; t++) st = graft__exec_tile(p, i, t, reason);
+      for (int64_t t = 1; t < n && st == GRAFT_OK; t++) st = tile_rec(p, i, t, reason, rec, worker, t0);
       if (st == GRAFT_OK && p->tiling[i].split_r) st = graft__exec_finish(p, i, reason);
     }
     if (st != GRAFT_OK) {

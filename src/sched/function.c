@@ -390,9 +390,9 @@ static graft_status get_graph(graft_function *f, graft_tensor *const *in, const 
 }
 
 /* A plan runs alone (graft__plan_runs_alone) when no second worker could
- * help it, or when it holds control flow: then the plan walks its order on
- * the calling thread and each control node's bodies get the team
- * (control.c), where their work is. */
+ * help it.  (A plan holding control flow walks its order on the calling
+ * thread whatever the team, and each control node's bodies get the team:
+ * execute.) */
 
 static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *const *in,
                              const sigkey *key, graft__plan **out, int *alone) {
@@ -407,7 +407,7 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
   graft__plan *p;
   graft__plan_opts po = {f->rt->cfg.grain, graft__runtime_parts(f->rt), f->rt->cfg.lanes,
                          f->rt->num_threads == 1 || f->rt->cfg.sched == GRAFT__SCHED_SEQ,
-                         f->rt->cfg.fusion, f->rt, (int)f->rt->cfg.sched};
+                         f->rt->cfg.fusion, f->rt, (int)f->rt->cfg.sched, 0};
   graft_status st = graft__plan_compile(g, in, &po, &p, f->msg);
   if (st) return st;
   sigkey copy = {graft__malloc((size_t)(key->len ? key->len : 1) * sizeof *copy.v), key->len};
@@ -418,7 +418,7 @@ static graft_status get_plan(graft_function *f, graft__graph *g, graft_tensor *c
   memcpy(copy.v, key->v, (size_t)key->len * sizeof *copy.v);
   if (f->n_plans == f->capacity)
     drop_plan(f, oldest_plan(f));
-  *alone = graft__plan_runs_alone(p, f->rt->cfg.grain) || p->has_ctl;
+  *alone = graft__plan_runs_alone(p, f->rt->cfg.grain);
   f->plans[f->n_plans++] = (plan_entry){p, g, copy, ++f->tick, *alone};
   *out = p;
   return GRAFT_OK;
@@ -687,6 +687,7 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
  * the end cost microseconds) unless a trace wants the workers' slices;
  * the OpenMP-task baseline always starts its team. */
 static graft_status execute(graft_function *f, graft__plan *p, int alone) {
+  if (p->has_ctl) return graft__ctl_run_plan(p, f->rt, f->msg); /* bodies take the team */
   switch (f->rt->cfg.sched) {
   case GRAFT__SCHED_SEQ: return graft__exec_seq(p, f->msg);
   case GRAFT__SCHED_WS:
@@ -695,9 +696,7 @@ static graft_status execute(graft_function *f, graft__plan *p, int alone) {
       return graft__exec_seq(p, f->msg);
     }
     return graft__exec_ws(p, f->rt, f->msg);
-  case GRAFT__SCHED_OMP:
-    if (p->has_ctl) return graft__exec_seq(p, f->msg); /* bodies take the team */
-    return graft__exec_omp(p, f->rt, f->msg);
+  case GRAFT__SCHED_OMP: return graft__exec_omp(p, f->rt, f->msg);
   }
   return GRAFT_EINTERNAL;
 }
@@ -738,7 +737,16 @@ static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const
   st = prepare_outputs(f, p, out, mine);
   for (int i = 0; i < n_out; i++) dst[i] = out[i] ? out[i] : mine[i];
   if (!st) st = bind(f, p, in, dst, direct);
+  int64_t ctl[3] = {0, 0, 0};
+  if (!st && p->has_ctl) graft__ctl_count(p, &ctl[0], &ctl[1], &ctl[2]);
   if (!st) st = execute(f, p, alone);
+  if (p && p->has_ctl) { /* this call's body runs */
+    int64_t now[3] = {0, 0, 0};
+    graft__ctl_count(p, &now[0], &now[1], &now[2]);
+    p->stats.control_nodes = now[0];
+    p->stats.body_runs = now[1] - ctl[1];
+    p->stats.body_ops = now[2] - ctl[2];
+  }
   if (!st) {
     commit(f, p, dst, direct);
     for (int i = 0; i < n_out; i++)

@@ -344,11 +344,28 @@ graft_status graft__plan_fuse(graft__plan *p) {
   p->fused_in = ext_all;
   progs = NULL;
   ext_all = NULL;
-  for (int k = 0; k < n_groups && !st; k++) {
+  /* Every root runs as traced: its group's copy of it, taken before any
+   * root takes its group's inputs.  A member may root a group of its own:
+   * a cheap value that one group recomputes and a later one, at its limits
+   * (members or inputs), reads instead, which makes it needed.  Its node
+   * (the plan's copy, when its chunk was copied before, e.g. by
+   * read_through_assigns) is about to get that group's inputs and program,
+   * so the members that compute it run the copy too. */
+  uint32_t *group_of = c.in_g; /* 1 + the group a node roots, else 0 */
+  memset(group_of, 0, (size_t)n * sizeof *group_of);
+  for (int k = 0; k < n_groups; k++) {
     graft__fused *f = &p->fused[k];
-    /* the root runs as traced: its own copy, before it takes the group's inputs */
     f->root = *graft__graph_node(g, roots[k]);
     f->m[f->n_members - 1].node = &f->root;
+    group_of[roots[k]] = (uint32_t)k + 1;
+  }
+  for (int k = 0; k < n_groups; k++)
+    for (int m = 0; m + 1 < p->fused[k].n_members; m++) {
+      uint32_t o = group_of[p->fused[k].m[m].node->id];
+      if (o) p->fused[k].m[m].node = &p->fused[o - 1].root;
+    }
+  for (int k = 0; k < n_groups && !st; k++) {
+    graft__fused *f = &p->fused[k];
     graft__node *r = graft__plan_writable(p, roots[k]);
     if (!r) {
       st = GRAFT_ENOMEM;

@@ -28,7 +28,8 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->war);
   graft__free(p->binding);
   graft__free(p->offset);
-  graft__free(p->arena);
+  if (!p->arena_borrowed) graft__free(p->arena);
+  graft__free(p->ctl_arena);
   unlink_plan(p);
   graft__free(p->work);
   graft__free(p->tiling);
@@ -684,8 +685,6 @@ static void fill_stats(graft__plan *p) {
   s->pruned_nodes = (int64_t)g->n_nodes - live;
   s->tiles = p->n_tasks;
   s->arena_bytes = (int64_t)p->arena_bytes;
-  for (uint32_t id = 0; p->ctl && id < g->n_nodes; id++) /* control flow's bodies */
-    if (p->ctl[id] && p->live[id]) s->arena_bytes += graft__ctl_exec_arena(p->ctl[id]);
 }
 
 graft_status graft__plan_compile(const graft__graph *g, graft_tensor *const *in,
@@ -747,6 +746,7 @@ graft_status graft__plan_compile_dims(const graft__graph *g, const int64_t *cons
   }
 #endif
   fill_stats(p);
+  if (p->has_ctl && !opts->is_body && graft__ctl_share(p)) goto nomem;
   p->stats.compile_us = graft__now_us() - t0;
   *out = p;
   return GRAFT_OK;

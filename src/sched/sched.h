@@ -38,6 +38,7 @@ typedef struct graft__plan_opts {
    * executor (enum graft__sched); rt NULL: on the calling thread. */
   const struct graft_runtime *rt;
   int sched;
+  int is_body;              /* compiling a control node's body */
 } graft__plan_opts;
 
 typedef struct graft__plan {
@@ -124,6 +125,9 @@ typedef struct graft__plan {
    * bodies (NULL for other nodes; the array NULL without control flow). */
   graft__ctl_exec **ctl;
   int has_ctl;
+  int arena_borrowed;       /* a body's arena lies in its top-level plan's
+                               ctl_arena (control.c) */
+  unsigned char *ctl_arena; /* the bodies' shared block (top level) */
   graft__plan_opts opts;    /* as compiled (bodies compile with them) */
 } graft__plan;
 
@@ -191,9 +195,15 @@ graft_status graft__ctl_shape(graft__shape_ctx *sc, const graft__node *n, const 
  * bodies (and GETs at their offsets). */
 graft_status graft__ctl_attach(graft__plan *p);
 void graft__ctl_exec_destroy(graft__ctl_exec *e);
-/* Bytes a control node holds beside the plan's arena: its bodies' arenas
- * and a loop's second carry buffer. */
-int64_t graft__ctl_exec_arena(const graft__ctl_exec *e);
+/* Give the bodies of every control node of p (a top-level plan) one shared
+ * block (p->ctl_arena) and add it to p's arena_bytes. */
+graft_status graft__ctl_share(graft__plan *p);
+/* Run a plan holding control flow: its order on the calling thread (its
+ * bodies get rt's team), recording slices when rt traces. */
+graft_status graft__ctl_run_plan(graft__plan *p, const graft_runtime *rt, char *msg);
+/* Add p's control nodes (their bodies' included), and the body runs and
+ * ops since compile, to the counts. */
+void graft__ctl_count(const graft__plan *p, int64_t *nodes, int64_t *runs, int64_t *ops);
 
 /* ---- memory (memplan.c, plan_check.c) ------------------------------------ */
 /* Arena slots: every value takes whole 64-byte lines, so values written by
@@ -262,6 +272,11 @@ void graft__plan_destroy(graft__plan *p);
 /* Run the plan's compute nodes one after another on the calling thread.
  * The caller has bound the data pointers of external views. */
 graft_status graft__exec_seq(graft__plan *p, char *msg);
+/* The same, recording a slice per tile into rec (GRAFT_TRACE: a control
+ * node's bodies) as worker `worker`, times counted from t0. */
+struct graft__trace_buf;
+graft_status graft__exec_seq_rec(graft__plan *p, struct graft__trace_buf *rec, int worker, double t0,
+                                 char *msg);
 
 /* Run the plan on the runtime's work-stealing team (falls back to the
  * calling thread inside an active OpenMP region). */

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <unistd.h>
+
 #include "testutil.h"
 
 TU_RUNTIME_GROUP();
@@ -247,12 +249,294 @@ static void test_while_power_gradients(void **state) {
   graft_tensor_destroy(in[1]);
 }
 
+/* ---- scan: an RNN against the same RNN unrolled ------------------------------ */
+
+enum { RB = 4, RD = 8, RH = 64, RT = 50 };
+
+typedef struct rnn_ctx {
+  int mode;                    /* 0 scan, 1 unrolled, 2 reverse scan, 3 reverse unrolled */
+  graft_value *U, *W, *b;      /* of the function's trace: captured by the body */
+} rnn_ctx;
+
+static graft_value *cell(graft_trace *t, const rnn_ctx *c, graft_value *h, graft_value *x) {
+  graft_value *z = graft_add(t, graft_matmul(t, x, c->U, 0), graft_matmul(t, h, c->W, 0));
+  return graft_tanh(t, graft_add(t, z, c->b));
+}
+
+static graft_status rnn_body(graft_trace *t, int n, graft_value *const *in, int no,
+                             graft_value **out, void *u) {
+  (void)n, (void)no;
+  out[0] = out[1] = cell(t, u, in[0], in[1]);
+  return GRAFT_OK;
+}
+
+/* in: h0 [B,H], X [T,B,D], U [D,H], W [H,H], b [H] (f64).  The loss and
+ * the final state and the ys, stacked; mode picks scan or unrolled. */
+static graft_value *rnn_loss(graft_trace *t, rnn_ctx *c, graft_value *const *in) {
+  c->U = in[2], c->W = in[3], c->b = in[4];
+  graft_value *hT, *ys;
+  if (c->mode == 0 || c->mode == 2) {
+    graft_scan_opts o = {.reverse = c->mode == 2};
+    graft_value *res[2];
+    graft_scan(t, rnn_body, c, 1, &in[0], 1, &in[1], 1, res, &o);
+    hT = res[0], ys = res[1];
+  } else {
+    graft_value *h = in[0], *rows[RT];
+    for (int s = 0; s < RT; s++) {
+      int r = c->mode == 3 ? RT - 1 - s : s;
+      int64_t begin[3] = {r, 0, 0}, size[3] = {1, RB, RD}, shape[2] = {RB, RD};
+      h = cell(t, c, h, graft_reshape(t, graft_slice(t, in[1], begin, size), 2, shape));
+      int64_t one[3] = {1, RB, RH};
+      rows[r] = graft_reshape(t, h, 3, one);
+    }
+    hT = h, ys = graft_concat(t, RT, rows, 0);
+  }
+  /* a loss that reads every y and the final state */
+  graft_value *l = graft_mul(t, sum(t, graft_square(t, ys)), graft_scalar(t, F64, 0.5));
+  return graft_add(t, l, sum(t, graft_sin(t, hT)));
+}
+
+static graft_status rnn_grads(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                              graft_value **out, void *u) {
+  (void)n_in, (void)n_out;
+  rnn_ctx c = {.mode = *(int *)u};
+  out[0] = rnn_loss(t, &c, in);
+  graft_gradients(t, 1, &out[0], NULL, 5, in, GRAFT_UNCONNECTED_ZERO, &out[1]);
+  return GRAFT_OK;
+}
+
+/* in: the five, then V (a direction for W): the HVP of the loss along V. */
+static graft_status rnn_hvp(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                            graft_value **out, void *u) {
+  (void)n_in, (void)n_out, (void)u;
+  rnn_ctx c = {.mode = 0};
+  graft_value *loss = rnn_loss(t, &c, in);
+  graft_hvp(t, loss, 1, &in[3], &in[5], out);
+  return GRAFT_OK;
+}
+
+static void rnn_inputs(graft_tensor **in, uint64_t seed) {
+  tu_rng r = {seed};
+  const int64_t h0[2] = {RB, RH}, X[3] = {RT, RB, RD}, U[2] = {RD, RH}, W[2] = {RH, RH}, b[1] = {RH};
+  in[0] = tu_tensor_rand(&r, F64, 2, h0, -0.5, 0.5);
+  in[1] = tu_tensor_rand(&r, F64, 3, X, -1, 1);
+  in[2] = tu_tensor_rand(&r, F64, 2, U, -0.3, 0.3);
+  in[3] = tu_tensor_rand(&r, F64, 2, W, -0.15, 0.15);
+  in[4] = tu_tensor_rand(&r, F64, 1, b, -0.1, 0.1);
+  in[5] = tu_tensor_rand(&r, F64, 2, W, -1, 1);
+}
+
+static void assert_tensors_close(graft_tensor *a, graft_tensor *b, double rtol, const char *what) {
+  int64_t n = graft_tensor_numel(a);
+  assert_int_equal(n, graft_tensor_numel(b));
+  double scale = 0;
+  for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(tu_get(b, i)));
+  for (int64_t i = 0; i < n; i++)
+    if (fabs(tu_get(a, i) - tu_get(b, i)) > rtol * scale)
+      fail_msg("%s: element %lld: %.17g vs %.17g", what, (long long)i, tu_get(a, i), tu_get(b, i));
+}
+
+static void test_scan_rnn_equals_unrolled(void **state) {
+  (void)state;
+  graft_runtime *rt = g_rt;
+  graft_tensor *in[6];
+  rnn_inputs(in, 17);
+  static const char *const names[6] = {"loss", "d h0", "d X", "d U", "d W", "d b"};
+  for (int rev = 0; rev < 2; rev++) {
+    graft_tensor *a[6], *b[6];
+    char msg[512];
+    int mode = rev ? 2 : 0;
+    tu_assert_run_ok(tu_run(rt, rnn_grads, &mode, 5, in, 6, a, msg), "scan", msg);
+    mode = rev ? 3 : 1;
+    tu_assert_run_ok(tu_run(rt, rnn_grads, &mode, 5, in, 6, b, msg), "unrolled", msg);
+    for (int i = 0; i < 6; i++) {
+      assert_tensors_close(a[i], b[i], 1e-12, names[i]);
+      graft_tensor_destroy(a[i]);
+      graft_tensor_destroy(b[i]);
+    }
+  }
+  for (int i = 0; i < 6; i++) graft_tensor_destroy(in[i]);
+}
+
+static void test_scan_rnn_hvp_matches_finite_differences(void **state) {
+  (void)state;
+  graft_runtime *rt = g_rt;
+  graft_tensor *in[6], *hv = NULL;
+  rnn_inputs(in, 23);
+  char msg[512];
+  tu_assert_run_ok(tu_run(rt, rnn_hvp, NULL, 6, in, 1, &hv, msg), "hvp", msg);
+  /* central differences of the gradient along V */
+  const double eps = 1e-5;
+  graft_tensor *gp[6], *gm[6];
+  double *w = graft_tensor_data(in[3]);
+  const double *v = graft_tensor_data(in[5]);
+  int mode = 0;
+  for (int s = 0; s < 2; s++) {
+    for (int64_t i = 0; i < RH * RH; i++) w[i] += (s ? -2 : 1) * eps * v[i];
+    tu_assert_run_ok(tu_run(rt, rnn_grads, &mode, 5, in, 6, s ? gm : gp, msg), "grad", msg);
+  }
+  graft_tensor *fd = NULL;
+  int64_t shape[2] = {RH, RH};
+  graft_tensor_create(F64, 2, shape, &fd);
+  double *f = graft_tensor_data(fd);
+  for (int64_t i = 0; i < RH * RH; i++) f[i] = (tu_get(gp[4], i) - tu_get(gm[4], i)) / (2 * eps);
+  assert_tensors_close(hv, fd, 1e-6, "hvp vs finite differences");
+  for (int i = 0; i < 6; i++) {
+    graft_tensor_destroy(gp[i]);
+    graft_tensor_destroy(gm[i]);
+    graft_tensor_destroy(in[i]);
+  }
+  graft_tensor_destroy(fd);
+  graft_tensor_destroy(hv);
+}
+
+/* ---- remat ------------------------------------------------------------------ */
+
+enum { MB = 256, MW = 96, MBLK = 4, MLAY = 3, MIN = 1 + 2 * MBLK * MLAY };
+
+typedef struct mlp_ctx {
+  int mode;                    /* 0 plain, 1 a remat region per block, 2 nested too */
+  int blk;
+  graft_value *const *in;      /* x, then (W, b) per layer: the function's values */
+} mlp_ctx;
+
+static graft_value *layer(graft_trace *t, const mlp_ctx *c, int l, graft_value *h) {
+  graft_value *W = c->in[1 + 2 * (c->blk * MLAY + l)], *b = c->in[2 + 2 * (c->blk * MLAY + l)];
+  return graft_tanh(t, graft_add(t, graft_matmul(t, h, W, 0), b));
+}
+
+/* layers from..MLAY-1 of the block (weights captured from the function) */
+static graft_status inner_layers(graft_trace *t, int n, graft_value *const *in, int no,
+                                 graft_value **out, void *u) {
+  (void)n, (void)no;
+  graft_value *h = in[0];
+  for (int l = 1; l < MLAY; l++) h = layer(t, u, l, h);
+  out[0] = h;
+  return GRAFT_OK;
+}
+
+static graft_status block(graft_trace *t, int n, graft_value *const *in, int no, graft_value **out,
+                          void *u) {
+  (void)n, (void)no;
+  const mlp_ctx *c = u;
+  graft_value *h = layer(t, c, 0, in[0]);
+  if (c->mode == 2) graft_remat(t, inner_layers, u, 1, &h, 1, &h);
+  else inner_layers(t, 1, &h, 1, &h, u);
+  out[0] = h;
+  return GRAFT_OK;
+}
+
+static graft_status mlp(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                        graft_value **out, void *u) {
+  (void)n_in, (void)n_out;
+  graft_value *h = in[0];
+  mlp_ctx c[MBLK];
+  for (int k = 0; k < MBLK; k++) {
+    c[k] = (mlp_ctx){*(int *)u, k, in};
+    if (c[k].mode) graft_remat(t, block, &c[k], 1, &h, 1, &h);
+    else block(t, 1, &h, 1, &h, &c[k]);
+  }
+  out[0] = graft_reduce_mean(t, graft_square(t, h), 0, NULL, 0);
+  graft_gradients(t, 1, &out[0], NULL, MIN - 1, in + 1, GRAFT_UNCONNECTED_ZERO, out + 1);
+  return GRAFT_OK;
+}
+
+/* Runs of op in a Chrome trace text whose category starts with cat (tile
+ * 0 of each: a node's tiles are slices of their own). */
+static int count_slices(const char *text, const char *op, const char *cat) {
+  char want_name[64], want_cat[64];
+  snprintf(want_name, sizeof want_name, "{\"name\":\"%s ", op);
+  snprintf(want_cat, sizeof want_cat, "\"cat\":\"%s", cat);
+  int n = 0;
+  for (const char *p = strstr(text, want_name); p; p = strstr(p + 1, want_name)) {
+    const char *end = strchr(p, '}');
+    const char *c = strstr(p, "\"cat\":"), *t0 = strstr(p, "\"tile\":0}");
+    if (c && c < end && t0 && t0 < end && !strncmp(c, want_cat, strlen(want_cat))) n++;
+  }
+  return n;
+}
+
+static void test_remat_mlp_bitwise_smaller_and_recomputed(void **state) {
+  (void)state;
+  char path[] = "/tmp/graft_remat_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.sched = "ws";
+  o.num_threads = 1;
+  o.trace_path = path;
+  graft_runtime *rt = tu_runtime_from(&o);
+  tu_rng r = {5};
+  graft_tensor *in[MIN], *out[3][MIN];
+  const int64_t xs[2] = {MB, MW}, ws[2] = {MW, MW}, bs[1] = {MW};
+  in[0] = tu_tensor_rand(&r, GRAFT_F32, 2, xs, -1, 1);
+  for (int i = 1; i < MIN; i += 2) {
+    in[i] = tu_tensor_rand(&r, GRAFT_F32, 2, ws, -0.2, 0.2);
+    in[i + 1] = tu_tensor_rand(&r, GRAFT_F32, 1, bs, -0.1, 0.1);
+  }
+  static const char *const names[3] = {"plain", "remat", "nested"};
+  graft_plan_stats st[3];
+  for (int m = 0; m < 3; m++) {
+    graft_function_desc d = {.name = names[m], .trace = mlp, .user = &m, .n_inputs = MIN, .n_outputs = MIN};
+    graft_function *f = NULL;
+    tu_assert_status(graft_function_create(rt, &d, &f), GRAFT_OK);
+    for (int i = 0; i < MIN; i++) out[m][i] = NULL;
+    tu_assert_run_ok(graft_function_call(f, MIN, in, MIN, out[m]), names[m], graft_function_errmsg(f));
+    tu_assert_status(graft_function_stats(f, &st[m]), GRAFT_OK);
+    graft_function_destroy(f);
+  }
+  graft_runtime_destroy(rt);
+  /* the gradients are bitwise those of the region inlined */
+  for (int m = 1; m < 3; m++)
+    for (int i = 0; i < MIN; i++)
+      assert_memory_equal(graft_tensor_data(out[m][i]), graft_tensor_data(out[0][i]),
+                          (size_t)graft_tensor_numel(out[0][i]) * 4);
+  /* and the arena shrinks: the blocks' insides are never all alive */
+  print_message("arena: plain %lld, remat %lld, nested %lld bytes; control nodes %lld / %lld, "
+                "body runs %lld / %lld\n", (long long)st[0].arena_bytes,
+                (long long)st[1].arena_bytes, (long long)st[2].arena_bytes,
+                (long long)st[1].control_nodes, (long long)st[2].control_nodes,
+                (long long)st[1].body_runs, (long long)st[2].body_runs);
+  assert_true(st[1].arena_bytes < st[0].arena_bytes);
+  assert_true(st[2].arena_bytes < st[0].arena_bytes);
+  assert_int_equal(st[0].control_nodes, 0);
+  assert_int_equal(st[1].control_nodes, 2 * MBLK);      /* each block's region and its backward */
+  assert_int_equal(st[1].body_runs, 2 * MBLK);
+  /* The forward matmuls of the regions run twice.  Plain: 12 forward, 12
+   * weight gradients, 11 input gradients (x gets none).  Remat: the 12
+   * forward ones again, in the backward bodies.  Nested: the same count:
+   * a block's backward body replays its first layer, and the inner
+   * region's backward replays the other two (the block's replay of the
+   * inner region is pruned: nothing reads its value). */
+  FILE *fp = fopen(path, "r");
+  assert_non_null(fp);
+  static char text[1 << 22];
+  size_t len = fread(text, 1, sizeof text - 1, fp);
+  text[len] = '\0';
+  fclose(fp);
+  unlink(path);
+  int plain = count_slices(text, "matmul", "plain"), remat = count_slices(text, "matmul", "remat"),
+      nested = count_slices(text, "matmul", "nested");
+  print_message("matmul slices: plain %d, remat %d, nested %d\n", plain, remat, nested);
+  assert_int_equal(plain, 35);
+  assert_int_equal(remat, 35 + MBLK * MLAY);
+  assert_int_equal(nested, 35 + MBLK * MLAY);
+  for (int m = 0; m < 3; m++)
+    for (int i = 0; i < MIN; i++) graft_tensor_destroy(out[m][i]);
+  for (int i = 0; i < MIN; i++) graft_tensor_destroy(in[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cond_piecewise),
       cmocka_unit_test(test_cond_mismatch_refused),
       cmocka_unit_test(test_while_newton),
       cmocka_unit_test(test_while_power_gradients),
+      cmocka_unit_test(test_scan_rnn_equals_unrolled),
+      cmocka_unit_test(test_scan_rnn_hvp_matches_finite_differences),
+      cmocka_unit_test(test_remat_mlp_bitwise_smaller_and_recomputed),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }
