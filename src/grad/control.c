@@ -282,6 +282,91 @@ static graft_status loop_vjp_body(graft_trace *t, int n, graft_value *const *val
   return t->status;
 }
 
+/* ---- checkpoints: the reverse scan block by block ---------------------------- */
+
+/* A block's recomputation: the forward body on (carry, x), giving the next
+ * carries and, as ys, the carries before each step. */
+static graft_status recompute_body(graft_trace *t, int n, graft_value *const *vals, int n_out,
+                                   graft_value **outs, void *user) {
+  const loop_ctx *x = user;
+  const graft__sub *s = x->c->sub[0];
+  int ns = s->g->n_inputs, no = s->g->n_outputs, nc = x->nc;
+  (void)n, (void)n_out;
+  graft_value **buf = graft__calloc((size_t)(ns + no) + 1, sizeof *buf);
+  if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "scan backward: out of memory");
+  graft_value **prim = buf, **po = buf + ns;
+  for (int j = 0; j < ns; j++)
+    prim[j] = j < nc + x->nx ? vals[j] : local(t, x->in[x->c->map[0][j]]);
+  graft_status st = graft__replay(t, s, prim, po);
+  for (int i = 0; i < nc && !st; i++) {
+    outs[i] = po[i];
+    outs[nc + i] = vals[i];
+  }
+  graft__free(buf);
+  return t->status;
+}
+
+/* The outer reverse scan's body, one block: carries [ct_c..., ct_cap...],
+ * xs [checkpoint (nc)..., x block [k, ...] (nx)..., ct_y block (nfy)...,
+ * ct_S (nfc, has_cts)..., len]: recompute the block's carries from its
+ * checkpoint, then the reverse scan of the plain rule over them. */
+static graft_status block_vjp_body(graft_trace *t, int n, graft_value *const *vals, int n_out,
+                                   graft_value **outs, void *user) {
+  const loop_ctx *x = user;
+  const graft__ctl *c = x->c;
+  int nc = x->nc, nx = x->nx, nfc = x->nfc, nfcap = x->nfcap;
+  (void)n, (void)n_out;
+  graft_value *const *ct = vals, *const *S = vals + nfc + nfcap, *const *xb = S + nc;
+  graft_value *const *cty = xb + nx, *const *ctS = cty + x->nfy;
+  graft_value *len = ctS[x->has_cts ? nfc : 0];
+  graft_value **buf = graft__calloc((size_t)(4 * (nc + nx + nfc + nfcap + x->nfy + x->nfx)) + 4,
+                                    sizeof *buf);
+  if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "scan backward: out of memory");
+  graft_value **res = buf, **xs2 = res + 2 * nc + 1, **res2 = xs2 + nc + nx + x->nfy + 1;
+  graft_scan_opts fwd = {.reverse = c->reverse}, bwd = {.reverse = !c->reverse};
+  graft_status st =
+      graft__scan_ext(t, recompute_body, (void *)x, nc, S, nx, xb, nc, res, &fwd, len);
+  loop_ctx inner = *x;
+  inner.has_cts = 0; /* the checkpoints' cotangents join per block, below */
+  int m = 0;
+  for (int i = 0; i < nc; i++) xs2[m++] = res[nc + i];
+  for (int i = 0; i < nx; i++) xs2[m++] = xb[i];
+  for (int i = 0; i < x->nfy; i++) xs2[m++] = cty[i];
+  if (!st)
+    st = graft__scan_ext(t, loop_vjp_body, &inner, nfc + nfcap, ct, m, xs2, x->nfx, res2, &bwd, len);
+  for (int i = 0; i < nfc + nfcap + x->nfx && !st; i++)
+    outs[i] = i < nfc && x->has_cts ? graft_add(t, res2[i], ctS[i]) : res2[i];
+  graft__free(buf);
+  return t->status;
+}
+
+/* v [T, ...] as blocks [nb, k, ...] (zero rows past T). */
+static graft_value *to_blocks(graft_trace *t, graft_value *v, int64_t nb, int64_t k) {
+  int r = graft_value_rank(v);
+  int64_t shape[GRAFT_MAX_RANK], begin[GRAFT_MAX_RANK] = {0};
+  memcpy(shape, graft_value_shape(v), (size_t)r * sizeof *shape);
+  if (shape[0] != nb * k) {
+    shape[0] = nb * k;
+    v = graft_pad(t, v, begin, r, shape);
+  }
+  memmove(shape + 2, shape + 1, (size_t)(r - 1) * sizeof *shape);
+  shape[0] = nb;
+  shape[1] = k;
+  return graft_reshape(t, v, r + 1, shape);
+}
+
+/* blocks [nb, k, ...] back to [T, ...]. */
+static graft_value *from_blocks(graft_trace *t, graft_value *v, int64_t T) {
+  int r = graft_value_rank(v);
+  int64_t shape[GRAFT_MAX_RANK], begin[GRAFT_MAX_RANK] = {0}, size[GRAFT_MAX_RANK];
+  memcpy(shape + 1, graft_value_shape(v) + 2, (size_t)(r - 2) * sizeof *shape);
+  shape[0] = graft_value_shape(v)[0] * graft_value_shape(v)[1];
+  v = graft_reshape(t, v, r - 1, shape);
+  if (shape[0] == T) return v;
+  for (int i = 0; i < r - 1; i++) size[i] = i ? -1 : T;
+  return graft_slice(t, v, begin, size);
+}
+
 /* The float members of a list: their positions in idx[], the count back. */
 static int floats(graft_value *const *v, int n, int *idx) {
   int m = 0;
@@ -362,7 +447,24 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
     xs[nxs++] = cts[x.fc[i]] ? cts[x.fc[i]] : graft_zeros_like(t, S);
   }
   for (int i = 0; i < n_in; i++) gx[i] = NULL;
-  if (ni + x.nfx && !t->status) {
+  if (c->checkpoint > 1 && ni + x.nfx && !t->status) { /* block by block */
+    int64_t kk = c->checkpoint, T = graft_value_shape(in[pre + nc])[0], nb = (T + kk - 1) / kk;
+    for (int i = 0; i < nxs - nc; i++) xs[nc + i] = to_blocks(t, xs[nc + i], nb, kk);
+    int32_t *lens = graft__malloc((size_t)nb * sizeof *lens);
+    if (!lens) {
+      st = graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", c->name);
+    } else {
+      for (int64_t j = 0; j < nb; j++) lens[j] = (int32_t)GRAFT__MIN(kk, T - j * kk);
+      xs[nxs++] = graft_constant(t, GRAFT_I32, 1, &nb, lens);
+      graft__free(lens);
+      graft_scan_opts o = {.reverse = !c->reverse};
+      st = graft__scan_ext(t, block_vjp_body, &x, ni, init, nxs, xs, x.nfx, outs, &o, NULL);
+    }
+    int o2 = 0;
+    for (int i = 0; i < x.nfc && !st; i++) gx[pre + x.fc[i]] = outs[o2++];
+    for (int j = 0; j < x.nfcap && !st; j++) gx[c->map[k][x.fcap[j]]] = outs[o2++];
+    for (int i = 0; i < x.nfx && !st; i++) gx[pre + nc + x.fx[i]] = from_blocks(t, outs[o2++], T);
+  } else if (ni + x.nfx && !t->status) {
     graft_scan_opts o = {.reverse = is_while ? 1 : !c->reverse, .checkpoint = 0};
     graft_value *len = is_while ? graft__value(t->g, first + (uint32_t)nc) : pre ? in[0] : NULL;
     st = graft__scan_ext(t, loop_vjp_body, &x, ni, init, nxs, xs, x.nfx, outs, &o, len);

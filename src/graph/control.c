@@ -670,6 +670,18 @@ graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first_out) {
   int n_saved = c->n_carry + (c->kind == GRAFT__CTL_WHILE);
   if (!c->save) {
     uint32_t first = g->n_nodes;
+    int64_t T = 0;
+    if (c->kind == GRAFT__CTL_SCAN) {
+      T = graft__graph_node(g, n->in[c->has_len + c->n_carry])->shape[0];
+      /* checkpoints need the length now (the blocks are built at trace
+       * time) and room for a block axis; without them every carry is kept */
+      if (c->checkpoint > 1 && (GRAFT_DIM_IS_SYM(T) || c->has_len)) c->checkpoint = 0;
+      for (int i = 0; i < c->n_xs + c->n_ys; i++) { /* blocks add an axis */
+        uint32_t v = i < c->n_xs ? n->in[c->has_len + c->n_carry + i] : c->gets[c->n_carry + i - c->n_xs];
+        if (graft__graph_node(g, v)->rank == GRAFT_MAX_RANK) c->checkpoint = 0;
+      }
+      if (c->checkpoint > 1) T = (T + c->checkpoint - 1) / c->checkpoint;
+    }
     for (int i = 0; i < n_saved; i++) {
       graft__node *o = graft__graph_add(g, GRAFT__OP_GET, 1, &id);
       if (!o) return graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", c->name);
@@ -688,12 +700,7 @@ graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first_out) {
       o->dtype = v->dtype;
       o->rank = (uint8_t)(v->rank + 1);
       memcpy(o->shape + 1, v->shape, (size_t)v->rank * sizeof *v->shape);
-      if (c->kind == GRAFT__CTL_WHILE) {
-        o->shape[0] = c->max_iters;
-      } else {
-        const graft__node *x0 = graft__graph_node(g, n->in[c->has_len + c->n_carry]);
-        o->shape[0] = x0->shape[0];
-      }
+      o->shape[0] = c->kind == GRAFT__CTL_WHILE ? c->max_iters : T;
     }
     c->save = 1;
     c->save_get = first;

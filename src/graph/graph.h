@@ -281,8 +281,10 @@ enum graft__ctl_kind { GRAFT__CTL_COND, GRAFT__CTL_WHILE, GRAFT__CTL_SCAN, GRAFT
  *   WHILE        the final vars
  *   SCAN         the final carries, then the ys stacked ([T, ...])
  * and, with save (reverse mode asked for it), then each carry stacked as
- * it was before each step (SCAN: T rows; WHILE: max_iters rows, the rows
- * past the count zero) and, for WHILE, the iteration count (i32). */
+ * it was before each step (SCAN: T rows, or with a checkpoint interval k
+ * > 1 only before each block of k rows: ceil(T / k) rows; WHILE: max_iters
+ * rows, the rows past the count zero) and, for WHILE, the iteration count
+ * (i32). */
 typedef struct graft__ctl {
   int kind;                    /* enum graft__ctl_kind */
   int n_subs;                  /* COND, WHILE: 2 (then/else, cond/body); else 1 */
@@ -291,7 +293,9 @@ typedef struct graft__ctl {
   int n_carry, n_xs, n_ys;     /* WHILE: n_carry vars; SCAN */
   int n_out;                   /* outputs before the saved ones */
   int64_t max_iters;           /* WHILE: 0 = unbounded */
-  int64_t checkpoint;          /* SCAN: reverse mode keeps every k-th carry */
+  int64_t checkpoint;          /* SCAN: reverse mode keeps every k-th carry
+                                  (> 1 only with a length known at trace
+                                  time: graft__ctl_save clears it else) */
   int reverse;                 /* SCAN */
   int has_len;                 /* SCAN: input 0 (i32, rank 0) is the number
                                   of steps to run (<= T; the others' ys rows

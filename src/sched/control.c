@@ -268,7 +268,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
       graft__shape *s = &e->osh[c->n_out + i];
       *s = e->osh[i];
       memmove(s->dims + 1, s->dims, (size_t)s->rank * sizeof *s->dims);
-      s->dims[0] = e->steps;
+      s->dims[0] = c->checkpoint > 1 ? (e->steps + c->checkpoint - 1) / c->checkpoint : e->steps;
       s->rank++;
     }
     break;
@@ -493,12 +493,18 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
   for (int i = 0; i < nc; i++) copy(out + e->off[i], k->in[pre + i]->data, e->bytes[i]);
   bind_captures(e, k, 0, nc + c->n_xs);
   char msg[GRAFT__MSG_LEN];
+  int64_t ck = c->checkpoint > 1 ? c->checkpoint : 1;
   for (int s = 0; s < len; s++) {
     int64_t r = c->reverse ? len - 1 - s : s;
+    /* saved: the carry before each row, or before each block of k rows
+     * (its first row in iteration order) */
+    int keep = c->save && (ck == 1 || (c->reverse ? r == GRAFT__MIN((r / ck + 1) * ck, T) - 1
+                                                  : r % ck == 0));
     for (int i = 0; i < nc; i++) {
       bind(e, 0, i, cur + e->off[i]);
-      if (c->save)
-        memcpy(out + e->off[c->n_out + i] + r * e->bytes[i], cur + e->off[i], (size_t)e->bytes[i]);
+      if (keep)
+        memcpy(out + e->off[c->n_out + i] + r / ck * e->bytes[i], cur + e->off[i],
+               (size_t)e->bytes[i]);
     }
     for (int i = 0; i < c->n_xs; i++)
       bind(e, 0, nc + i, (const unsigned char *)k->in[x0 + i]->data + r * e->x_bytes[i]);
@@ -514,7 +520,7 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
     next = x;
   }
   for (int i = 0; cur != out && i < nc; i++) copy(out + e->off[i], cur + e->off[i], e->bytes[i]);
-  if (len < T) { /* rows no step wrote: zeros */
+  if (len < T) { /* rows no step wrote: zeros (len < T: no checkpoints) */
     for (int i = nc; i < graft__ctl_outputs(c); i++) {
       int64_t row = e->bytes[i] / T;
       memset(out + e->off[i] + len * row, 0, (size_t)((T - len) * row));

@@ -254,7 +254,9 @@ static void test_while_power_gradients(void **state) {
 enum { RB = 4, RD = 8, RH = 64, RT = 50 };
 
 typedef struct rnn_ctx {
-  int mode;                    /* 0 scan, 1 unrolled, 2 reverse scan, 3 reverse unrolled */
+  int mode;                    /* 0 scan, 1 unrolled, 2 reverse scan, 3 reverse unrolled,
+                                  4 scan with checkpoints, 5 reverse scan with checkpoints */
+  int64_t checkpoint;
   graft_value *U, *W, *b;      /* of the function's trace: captured by the body */
 } rnn_ctx;
 
@@ -270,13 +272,38 @@ static graft_status rnn_body(graft_trace *t, int n, graft_value *const *in, int 
   return GRAFT_OK;
 }
 
+/* The same cell with the loss accumulated in a carry: (h, acc), x ->
+ * (h', acc + sum(h'^2) / 2); no ys. */
+static graft_status rnn_acc_body(graft_trace *t, int n, graft_value *const *in, int no,
+                                 graft_value **out, void *u) {
+  (void)n, (void)no;
+  out[0] = cell(t, u, in[0], in[2]);
+  out[1] = graft_add(t, in[1], graft_mul(t, sum(t, graft_square(t, out[0])), graft_scalar(t, F64, 0.5)));
+  return GRAFT_OK;
+}
+
+/* in: as rnn_loss; the loss of an RNN whose per-step loss is carried. */
+static graft_status rnn_acc_grads(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                  graft_value **out, void *u) {
+  (void)n_in, (void)n_out;
+  const int *m = u;
+  rnn_ctx c = {.U = in[2], .W = in[3], .b = in[4]};
+  graft_scan_opts o = {.reverse = m[0], .checkpoint = m[1]};
+  graft_value *init[2] = {in[0], graft_scalar(t, F64, 0)}, *res[2];
+  graft_scan(t, rnn_acc_body, &c, 2, init, 1, &in[1], 0, res, &o);
+  out[0] = graft_add(t, res[1], sum(t, graft_sin(t, res[0])));
+  graft_gradients(t, 1, &out[0], NULL, 5, in, GRAFT_UNCONNECTED_ZERO, &out[1]);
+  return GRAFT_OK;
+}
+
 /* in: h0 [B,H], X [T,B,D], U [D,H], W [H,H], b [H] (f64).  The loss and
  * the final state and the ys, stacked; mode picks scan or unrolled. */
 static graft_value *rnn_loss(graft_trace *t, rnn_ctx *c, graft_value *const *in) {
   c->U = in[2], c->W = in[3], c->b = in[4];
   graft_value *hT, *ys;
-  if (c->mode == 0 || c->mode == 2) {
-    graft_scan_opts o = {.reverse = c->mode == 2};
+  if (c->mode == 0 || c->mode == 2 || c->mode >= 4) {
+    graft_scan_opts o = {.reverse = c->mode == 2 || c->mode == 5,
+                         .checkpoint = c->mode >= 4 ? c->checkpoint : 0};
     graft_value *res[2];
     graft_scan(t, rnn_body, c, 1, &in[0], 1, &in[1], 1, res, &o);
     hT = res[0], ys = res[1];
@@ -299,7 +326,7 @@ static graft_value *rnn_loss(graft_trace *t, rnn_ctx *c, graft_value *const *in)
 static graft_status rnn_grads(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                               graft_value **out, void *u) {
   (void)n_in, (void)n_out;
-  rnn_ctx c = {.mode = *(int *)u};
+  rnn_ctx c = {.mode = ((int *)u)[0], .checkpoint = ((int *)u)[1]};
   out[0] = rnn_loss(t, &c, in);
   graft_gradients(t, 1, &out[0], NULL, 5, in, GRAFT_UNCONNECTED_ZERO, &out[1]);
   return GRAFT_OK;
@@ -315,9 +342,9 @@ static graft_status rnn_hvp(graft_trace *t, int n_in, graft_value *const *in, in
   return GRAFT_OK;
 }
 
-static void rnn_inputs(graft_tensor **in, uint64_t seed) {
+static void rnn_inputs_b(graft_tensor **in, uint64_t seed, int64_t batch) {
   tu_rng r = {seed};
-  const int64_t h0[2] = {RB, RH}, X[3] = {RT, RB, RD}, U[2] = {RD, RH}, W[2] = {RH, RH}, b[1] = {RH};
+  const int64_t h0[2] = {batch, RH}, X[3] = {RT, batch, RD}, U[2] = {RD, RH}, W[2] = {RH, RH}, b[1] = {RH};
   in[0] = tu_tensor_rand(&r, F64, 2, h0, -0.5, 0.5);
   in[1] = tu_tensor_rand(&r, F64, 3, X, -1, 1);
   in[2] = tu_tensor_rand(&r, F64, 2, U, -0.3, 0.3);
@@ -325,6 +352,8 @@ static void rnn_inputs(graft_tensor **in, uint64_t seed) {
   in[4] = tu_tensor_rand(&r, F64, 1, b, -0.1, 0.1);
   in[5] = tu_tensor_rand(&r, F64, 2, W, -1, 1);
 }
+
+static void rnn_inputs(graft_tensor **in, uint64_t seed) { rnn_inputs_b(in, seed, RB); }
 
 static void assert_tensors_close(graft_tensor *a, graft_tensor *b, double rtol, const char *what) {
   int64_t n = graft_tensor_numel(a);
@@ -345,10 +374,10 @@ static void test_scan_rnn_equals_unrolled(void **state) {
   for (int rev = 0; rev < 2; rev++) {
     graft_tensor *a[6], *b[6];
     char msg[512];
-    int mode = rev ? 2 : 0;
-    tu_assert_run_ok(tu_run(rt, rnn_grads, &mode, 5, in, 6, a, msg), "scan", msg);
-    mode = rev ? 3 : 1;
-    tu_assert_run_ok(tu_run(rt, rnn_grads, &mode, 5, in, 6, b, msg), "unrolled", msg);
+    int mode[2] = {rev ? 2 : 0, 0};
+    tu_assert_run_ok(tu_run(rt, rnn_grads, mode, 5, in, 6, a, msg), "scan", msg);
+    mode[0] = rev ? 3 : 1;
+    tu_assert_run_ok(tu_run(rt, rnn_grads, mode, 5, in, 6, b, msg), "unrolled", msg);
     for (int i = 0; i < 6; i++) {
       assert_tensors_close(a[i], b[i], 1e-12, names[i]);
       graft_tensor_destroy(a[i]);
@@ -370,10 +399,10 @@ static void test_scan_rnn_hvp_matches_finite_differences(void **state) {
   graft_tensor *gp[6], *gm[6];
   double *w = graft_tensor_data(in[3]);
   const double *v = graft_tensor_data(in[5]);
-  int mode = 0;
+  int mode[2] = {0, 0};
   for (int s = 0; s < 2; s++) {
     for (int64_t i = 0; i < RH * RH; i++) w[i] += (s ? -2 : 1) * eps * v[i];
-    tu_assert_run_ok(tu_run(rt, rnn_grads, &mode, 5, in, 6, s ? gm : gp, msg), "grad", msg);
+    tu_assert_run_ok(tu_run(rt, rnn_grads, mode, 5, in, 6, s ? gm : gp, msg), "grad", msg);
   }
   graft_tensor *fd = NULL;
   int64_t shape[2] = {RH, RH};
@@ -528,6 +557,60 @@ static void test_remat_mlp_bitwise_smaller_and_recomputed(void **state) {
   for (int i = 0; i < MIN; i++) graft_tensor_destroy(in[i]);
 }
 
+/* Checkpoints (every k-th carry kept, the rest recomputed block by block)
+ * give bitwise the gradients of the plain scan: of the RNN whose loss
+ * reads every y (modes 4, 5) and of the one that carries its loss, whose
+ * arena they shrink (the ys and their cotangents, as large as the carries,
+ * stay in the first); k = 7 leaves a short last block (50 = 7 * 7 + 1), k
+ * = 50 is one block. */
+static void test_scan_checkpoints_bitwise_and_smaller(void **state) {
+  (void)state;
+  graft_runtime *rt = g_rt;
+  graft_tensor *in[2][6];
+  rnn_inputs(in[0], 29);
+  rnn_inputs_b(in[1], 31, 64); /* carries large beside the weights */
+  static const int64_t ks[] = {7, 10, 50};
+  for (int var = 0; var < 4; var++) {
+    int rev = var & 1, acc = var >> 1;
+    for (size_t kk = 0; kk < TU_N_OF(ks); kk++) {
+      graft_tensor *a[6], *b[6];
+      graft_plan_stats sa, sb;
+      int mode[2] = {acc ? rev : rev ? 2 : 0, 0};
+      for (int pass = 0; pass < 2; pass++) {
+        graft_function_desc d = {.name = pass ? "ckpt" : "plain", .trace = acc ? rnn_acc_grads : rnn_grads,
+                                 .user = mode, .n_inputs = 5, .n_outputs = 6};
+        graft_function *f = NULL;
+        tu_assert_status(graft_function_create(rt, &d, &f), GRAFT_OK);
+        graft_tensor **out = pass ? b : a;
+        for (int i = 0; i < 6; i++) out[i] = NULL;
+        tu_assert_run_ok(graft_function_call(f, 5, in[acc], 6, out), d.name, graft_function_errmsg(f));
+        tu_assert_status(graft_function_stats(f, pass ? &sb : &sa), GRAFT_OK);
+        graft_function_destroy(f);
+        mode[0] = acc ? rev : rev ? 5 : 4;
+        mode[1] = (int)ks[kk];
+      }
+      for (int i = 0; i < 6; i++) {
+        assert_memory_equal(graft_tensor_data(a[i]), graft_tensor_data(b[i]),
+                            (size_t)graft_tensor_numel(a[i]) * 8);
+        graft_tensor_destroy(a[i]);
+        graft_tensor_destroy(b[i]);
+      }
+      print_message("%s, reverse %d, k %lld: arena %lld -> %lld bytes, body runs %lld -> %lld\n",
+                    acc ? "loss carried" : "loss on ys", rev, (long long)ks[kk],
+                    (long long)sa.arena_bytes, (long long)sb.arena_bytes, (long long)sa.body_runs,
+                    (long long)sb.body_runs);
+      if (acc && ks[kk] < RT) assert_true(sb.arena_bytes < sa.arena_bytes); /* (one block: no) */
+      /* each step runs forward, recomputed, and backward */
+      assert_int_equal(sa.body_runs, 2 * RT);
+      assert_int_equal(sb.body_runs, 3 * RT + (RT + ks[kk] - 1) / ks[kk]);
+    }
+  }
+  for (int i = 0; i < 6; i++) {
+    graft_tensor_destroy(in[0][i]);
+    graft_tensor_destroy(in[1][i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cond_piecewise),
@@ -536,6 +619,7 @@ int main(void) {
       cmocka_unit_test(test_while_power_gradients),
       cmocka_unit_test(test_scan_rnn_equals_unrolled),
       cmocka_unit_test(test_scan_rnn_hvp_matches_finite_differences),
+      cmocka_unit_test(test_scan_checkpoints_bitwise_and_smaller),
       cmocka_unit_test(test_remat_mlp_bitwise_smaller_and_recomputed),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
