@@ -150,7 +150,9 @@ GRAFT_API graft_status graft_function_stats(graft_function *f,
 
 /* Write the graph of the last traced signature in Graphviz DOT (inputs,
  * variables, constants, ops and side effects styled apart; pruned nodes
- * dashed).  GRAFT_EMISUSE if f has not been traced yet. */
+ * dashed; the bodies of cond, while_loop, scan and remat drawn the same
+ * way in clusters around their control node, nested as they nest).
+ * GRAFT_EMISUSE if f has not been traced yet. */
 GRAFT_API graft_status graft_function_write_dot(graft_function *f, FILE *to);
 
 #ifdef __cplusplus

@@ -229,7 +229,12 @@ typedef struct graft__dot_clusters {
 
 /* Write g in Graphviz DOT: inputs, variables, constants, ops and side
  * effects styled apart, backward/tangent nodes coloured by role, pruned
- * nodes dashed; with c (or NULL), clusters around nodes. */
+ * nodes dashed; with c (or NULL), clusters around nodes.  Each control
+ * node gets a cluster holding a cluster per body (drawn the same way,
+ * recursively, its nodes named "c<node>_<body>_n<id>"), with dashed edges
+ * from the node's inputs to the body inputs they stand for and from the
+ * body outputs to the GETs that read them (a while loop's predicate: to
+ * the node). */
 graft_status graft__graph_write_dot(const graft__graph *g, const graft__dot_clusters *c, FILE *to);
 
 /* ---- shapes ---------------------------------------------------------- */
