@@ -30,7 +30,8 @@ struct graft__ctl_exec {
   graft__shape *osh;           /* their concrete shapes */
   int64_t *off, *bytes;        /* their place in the packed value */
   int64_t total;
-  unsigned char *pong;         /* the second carry buffer (WHILE, SCAN) */
+  unsigned char *pong;         /* the second carry buffer (WHILE, SCAN), in
+                                  the shared block (graft__ctl_share) */
   int64_t steps;               /* SCAN: the xs' length */
   int64_t *x_bytes;            /* SCAN: one slice of each x */
   const graft_runtime *rt;
@@ -46,7 +47,6 @@ void graft__ctl_exec_destroy(graft__ctl_exec *e) {
   graft__free(e->osh);
   graft__free(e->off);
   graft__free(e->bytes);
-  graft__free(e->pong);
   graft__free(e->x_bytes);
   graft__free(e);
 }
@@ -54,50 +54,60 @@ void graft__ctl_exec_destroy(graft__ctl_exec *e) {
 /* ---- the bodies' shared arena ------------------------------------------------ */
 
 /* A plan holding control flow walks its order on one thread (its bodies
- * get the team), so its control nodes run one at a time and their bodies
- * can share memory: every body of every control node of a plan starts at
- * the same address, and a body's own control nodes' bodies start past its
- * arena.  The top-level plan holds that one block. */
+ * get the team), so its control nodes run one at a time and what they use
+ * while running can share memory: each control node of a plan puts its
+ * second carry buffer and then its bodies at the same address, and a
+ * body's own control nodes start past its arena.  The top-level plan holds
+ * that one block. */
 
 static int64_t align_up(int64_t b) { return (b + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN; }
 
-/* Bytes the bodies of q's control nodes need beside q's own arena; *pong
- * adds the loops' second carry buffers. */
-static int64_t need(const graft__plan *q, int64_t *pong) {
+/* A loop's second carry buffer (0 for cond and remat). */
+static int64_t pong_bytes(const graft__ctl_exec *e) {
+  int nc = e->c->n_carry;
+  return nc ? align_up(e->off[nc - 1] + e->bytes[nc - 1]) : 0;
+}
+
+/* Bytes the control nodes of q need beside q's own arena while one of them
+ * runs: its second carry buffer, then its largest body and what that
+ * body's control nodes need. */
+static int64_t need(const graft__plan *q) {
   int64_t n = 0;
   for (uint32_t id = 0; q->ctl && id < q->g->n_nodes; id++) {
     const graft__ctl_exec *e = q->ctl[id];
     if (!e || !q->live[id]) continue;
-    if (e->pong) *pong += align_up(e->off[e->c->n_carry - 1] + e->bytes[e->c->n_carry - 1]);
+    int64_t body = 0;
     for (int k = 0; k < 2; k++)
-      if (e->sub[k]) n = GRAFT__MAX(n, align_up((int64_t)e->sub[k]->arena_bytes) + need(e->sub[k], pong));
+      if (e->sub[k]) body = GRAFT__MAX(body, align_up((int64_t)e->sub[k]->arena_bytes) + need(e->sub[k]));
+    n = GRAFT__MAX(n, pong_bytes(e) + body);
   }
   return n;
 }
 
 static void place_bodies(graft__plan *q, unsigned char *base) {
   for (uint32_t id = 0; q->ctl && id < q->g->n_nodes; id++) {
-    const graft__ctl_exec *e = q->ctl[id];
+    graft__ctl_exec *e = q->ctl[id];
     if (!e || !q->live[id]) continue;
+    e->pong = pong_bytes(e) ? base : NULL;
+    unsigned char *at = base + pong_bytes(e);
     for (int k = 0; k < 2; k++) {
       graft__plan *b = e->sub[k];
       if (!b) continue;
       if (!b->arena_borrowed) graft__free(b->arena);
-      b->arena = base;
+      b->arena = at;
       b->arena_borrowed = 1;
-      for (uint32_t i = 0; i < b->n_order; i++)
-        graft__plan_view(b, b->order[i])->data = b->arena + b->offset[b->order[i]];
-      place_bodies(b, base + align_up((int64_t)b->arena_bytes));
+      graft__plan_point_views(b);
+      place_bodies(b, at + align_up((int64_t)b->arena_bytes));
     }
   }
 }
 
 graft_status graft__ctl_share(graft__plan *p) {
-  int64_t pong = 0, n = need(p, &pong);
+  int64_t n = need(p);
   if (!(p->ctl_arena = graft__aligned_alloc((size_t)(n ? n : GRAFT__ALIGN), GRAFT__ALIGN)))
     return GRAFT_ENOMEM;
   place_bodies(p, p->ctl_arena);
-  p->stats.arena_bytes += n + pong;
+  p->stats.arena_bytes += n;
   return GRAFT_OK;
 }
 
@@ -277,11 +287,6 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
     break;
   }
   if ((st = layout(sc, e))) return st;
-  if (c->n_carry) {
-    int64_t pong = e->off[c->n_carry - 1] + e->bytes[c->n_carry - 1];
-    if (!(e->pong = graft__aligned_alloc((size_t)(pong ? pong : 1), GRAFT__ALIGN)))
-      return failf(sc, GRAFT_ENOMEM, "out of memory");
-  }
   out->dtype = GRAFT_I32;
   out->rank = 1;
   out->dims[0] = (e->total + 3) / 4;
@@ -415,8 +420,13 @@ static int truth(const graft__tview *v) {
   }
 }
 
+/* (zero bytes: the pointers of empty values may be NULL) */
 static void copy(void *to, const void *from, int64_t bytes) {
   if (to != from && bytes) memcpy(to, from, (size_t)bytes);
+}
+
+static void zero(void *to, int64_t bytes) {
+  if (bytes) memset(to, 0, (size_t)bytes);
 }
 
 static graft_status body_failed(const graft__kargs *k, graft_status st, const char *where,
@@ -463,7 +473,7 @@ static graft_status run_while(const graft__ctl_exec *e, const graft__kargs *k, u
     if ((st = run_body(e, 0, it, msg))) return body_failed(k, st, "cond", it, msg);
     if (!truth(graft__plan_view(e->sub[0], e->sub[0]->g->outputs[0]))) break;
     for (int i = 0; c->save && i < nc; i++)
-      memcpy(out + e->off[c->n_out + i] + it * e->bytes[i], cur + e->off[i], (size_t)e->bytes[i]);
+      copy(out + e->off[c->n_out + i] + it * e->bytes[i], cur + e->off[i], e->bytes[i]);
     for (int i = 0; i < nc; i++) bind(e, 1, i, cur + e->off[i]);
     if ((st = run_body(e, 1, it, msg))) return body_failed(k, st, "body", it, msg);
     for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 1, i), e->bytes[i]);
@@ -474,8 +484,7 @@ static graft_status run_while(const graft__ctl_exec *e, const graft__kargs *k, u
   for (int i = 0; cur != out && i < nc; i++) copy(out + e->off[i], cur + e->off[i], e->bytes[i]);
   if (c->save) {
     for (int i = 0; i < nc; i++) /* the rows past the count: zeros, not stale bytes */
-      memset(out + e->off[c->n_out + i] + it * e->bytes[i], 0,
-             (size_t)((c->max_iters - it) * e->bytes[i]));
+      zero(out + e->off[c->n_out + i] + it * e->bytes[i], (c->max_iters - it) * e->bytes[i]);
     *(int32_t *)(out + e->off[c->n_out + nc]) = (int32_t)it;
   }
   return GRAFT_OK;
@@ -503,8 +512,7 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
     for (int i = 0; i < nc; i++) {
       bind(e, 0, i, cur + e->off[i]);
       if (keep)
-        memcpy(out + e->off[c->n_out + i] + r / ck * e->bytes[i], cur + e->off[i],
-               (size_t)e->bytes[i]);
+        copy(out + e->off[c->n_out + i] + r / ck * e->bytes[i], cur + e->off[i], e->bytes[i]);
     }
     for (int i = 0; i < c->n_xs; i++)
       bind(e, 0, nc + i, (const unsigned char *)k->in[x0 + i]->data + r * e->x_bytes[i]);
@@ -513,7 +521,7 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
     for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 0, i), e->bytes[i]);
     for (int i = nc; i < c->n_out; i++) {
       int64_t row = T ? e->bytes[i] / T : 0;
-      memcpy(out + e->off[i] + r * row, out_data(e, 0, i), (size_t)row);
+      copy(out + e->off[i] + r * row, out_data(e, 0, i), row);
     }
     unsigned char *x = cur;
     cur = next;
@@ -523,7 +531,7 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
   if (len < T) { /* rows no step wrote: zeros (len < T: no checkpoints) */
     for (int i = nc; i < graft__ctl_outputs(c); i++) {
       int64_t row = e->bytes[i] / T;
-      memset(out + e->off[i] + len * row, 0, (size_t)((T - len) * row));
+      zero(out + e->off[i] + len * row, (T - len) * row);
     }
   }
   return GRAFT_OK;
@@ -559,10 +567,12 @@ graft_status graft__k_REMAT(const graft__kargs *k, int64_t begin, int64_t end) {
   return run(k);
 }
 
-/* GET: elements [begin, end) of output attr.get.index, at its offset. */
+/* GET: elements [begin, end) of output attr.get.index, at its offset;
+ * nothing when the GET reads them in place (plan.c, alias_gets). */
 graft_status graft__k_GET(const graft__kargs *k, int64_t begin, int64_t end) {
   size_t es = graft_dtype_size(k->out->dtype);
   const unsigned char *from = (const unsigned char *)k->in[0]->data + k->node->attr.get.offset;
-  memcpy((unsigned char *)k->out->data + begin * es, from + begin * es, (size_t)(end - begin) * es);
+  if (k->out->data == from) return GRAFT_OK;
+  copy((unsigned char *)k->out->data + begin * es, from + begin * es, (end - begin) * (int64_t)es);
   return GRAFT_OK;
 }

@@ -129,7 +129,7 @@ static uint32_t inplace_victim(mp *m, uint32_t i) {
   for (uint32_t e = p->pred_off[i]; e < p->pred_off[i + 1]; e++) {
     uint32_t u = p->pred[e];
     const graft__tview *v = graft__plan_view(p, p->order[u]);
-    if (m->sink[u] || v->numel != o->numel || v->rank != o->rank ||
+    if (m->sink[u] || (p->alias && p->alias[u] != UINT32_MAX) || v->numel != o->numel || v->rank != o->rank ||
         graft_dtype_size(v->dtype) != graft_dtype_size(o->dtype) ||
         memcmp(v->shape, o->shape, (size_t)o->rank * sizeof *o->shape))
       continue;
@@ -485,6 +485,9 @@ graft_status graft__memplan(graft__plan *p) {
     m.root[i] = i;
   }
   graft__free(is_out);
+  /* A GET read in place joins its control node's buffer (plan.c). */
+  for (uint32_t i = 0; p->alias && i < n; i++)
+    if (p->alias[i] != UINT32_MAX) m.root[i] = find_root(m.root, p->alias[i]);
   int64_t inplace = 0;
   for (uint32_t i = 0; i < n && !graft__memplan_naive; i++) {
     uint32_t u = inplace_victim(&m, i);

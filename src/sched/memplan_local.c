@@ -228,12 +228,16 @@ graft_status graft__memplan_local(const graft__plan *p, graft__anc *a, graft__mb
 #define FREEABLE(b) (buf[b].size && !buf[b].sink)
   /* Of an in-place chain only the last value's touches count: every other
    * touch precedes the next in-place writer (the condition that made it
-   * one), hence the last value's writer, hence its readers. */
+   * one), hence the last value's writer, hence its readers.  A buffer that
+   * GETs read in place (plan.c, alias_gets) counts every member's: its
+   * control node's readers and each GET's are unordered. */
   for (uint32_t i = 0; i < n; i++) lastv[bid[i]] = i;
+  for (uint32_t i = 0; p->alias && i < n; i++)
+    if (p->alias[i] != UINT32_MAX) lastv[bid[i]] = UINT32_MAX;
   for (int pass = 0; pass < 2; pass++) {
     for (uint32_t i = 0; i < n; i++) {
       uint32_t b = bid[i], nr = 0;
-      if (!FREEABLE(b) || lastv[b] != i) continue;
+      if (!FREEABLE(b) || (lastv[b] != i && lastv[b] != UINT32_MAX)) continue;
       for (uint32_t e = p->succ_off[i]; e < p->succ_off[i + 1]; e++)
         if (graft__plan_reads(p, i, p->succ[e])) {
           if (pass) touch[t_off[b + 1]++] = p->succ[e];

@@ -30,6 +30,7 @@ void graft__plan_destroy(graft__plan *p) {
   graft__free(p->offset);
   if (!p->arena_borrowed) graft__free(p->arena);
   graft__free(p->ctl_arena);
+  graft__free(p->alias);
   unlink_plan(p);
   graft__free(p->work);
   graft__free(p->tiling);
@@ -541,11 +542,48 @@ static graft_status args(graft__plan *p) {
 }
 
 /* Allocate the arena the memory plan asked for and point the views at it. */
+/* A GET that no graph output is reads its control node's output where
+ * the node packed it: no copy, no arena bytes of its own; the memory
+ * planner puts it in its node's buffer, so those bytes live until the
+ * GET's readers are done (memplan.c, plan_check.c). */
+static graft_status alias_gets(graft__plan *p) {
+  if (!p->has_ctl) return GRAFT_OK;
+  const graft__graph *g = p->g;
+  uint32_t *pos = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
+  p->alias = graft__malloc((size_t)(p->n_order ? p->n_order : 1) * sizeof *p->alias);
+  if (!pos || !p->alias) {
+    graft__free(pos);
+    return GRAFT_ENOMEM;
+  }
+  for (uint32_t i = 0; i < p->n_order; i++) pos[p->order[i]] = i;
+  for (int k = 0; k < g->n_outputs; k++) pos[g->outputs[k]] = UINT32_MAX; /* (reused below) */
+  for (uint32_t i = 0; i < p->n_order; i++) {
+    uint32_t id = p->order[i];
+    const graft__node *n = graft__graph_node(g, id);
+    p->alias[i] = UINT32_MAX;
+    if (n->op != GRAFT__OP_GET || pos[id] == UINT32_MAX) continue; /* an output: copied */
+    p->alias[i] = pos[n->in[0]];
+    p->unstaged[id] = 1;
+  }
+  graft__free(pos);
+  return GRAFT_OK;
+}
+
+void graft__plan_point_views(graft__plan *p) {
+  for (uint32_t i = 0; i < p->n_order; i++)
+    graft__plan_view(p, p->order[i])->data = p->arena + p->offset[p->order[i]];
+  for (uint32_t i = 0; p->alias && i < p->n_order; i++)
+    if (p->alias[i] != UINT32_MAX) {
+      const graft__node *n = graft__graph_node(p->g, p->order[i]);
+      graft__plan_view(p, p->order[i])->data =
+          (unsigned char *)graft__plan_view(p, n->in[0])->data + n->attr.get.offset;
+    }
+}
+
 static graft_status place(graft__plan *p) {
   p->arena = graft__aligned_alloc(p->arena_bytes ? p->arena_bytes : GRAFT__ALIGN, GRAFT__ALIGN);
   if (!p->arena) return GRAFT_ENOMEM;
-  for (uint32_t i = 0; i < p->n_order; i++)
-    graft__plan_view(p, p->order[i])->data = p->arena + p->offset[p->order[i]];
+  graft__plan_point_views(p);
   return GRAFT_OK;
 }
 
@@ -735,7 +773,7 @@ graft_status graft__plan_compile_dims(const graft__graph *g, const int64_t *cons
     graft__plan_destroy(p);
     return st;
   }
-  if ((p->has_ctl && graft__ctl_attach(p)) || (opts->fusion && graft__plan_fuse(p)) || layout(p) || link(p) || find_direct_assigns(p) || reorder(p) || args(p) || graft__memplan(p) || place(p) ||
+  if ((p->has_ctl && graft__ctl_attach(p)) || (opts->fusion && graft__plan_fuse(p)) || layout(p) || link(p) || find_direct_assigns(p) || reorder(p) || args(p) || alias_gets(p) || graft__memplan(p) || place(p) ||
       graft__plan_tile(p, opts->grain) || graft__plan_partition(p, opts->n_parts))
     goto nomem;
 #ifdef GRAFT_PLAN_CHECK

@@ -94,6 +94,14 @@ static graft_status pair_ok(checker *c, uint32_t i, uint32_t j, char *msg) {
     uint32_t r = p->succ[e];
     if (r != j && graft__plan_reads(p, i, r) && !reaches(c, r, j))
       return bad(c, i, j, "a reader of the first may run after the second's writer", msg);
+    if (!p->alias || p->alias[r] != i) continue;
+    /* a GET reading i's bytes in place: its readers read them too */
+    for (uint32_t f = p->succ_off[r]; f < p->succ_off[r + 1]; f++) {
+      uint32_t q = p->succ[f];
+      if (q != j && graft__plan_reads(p, r, q) && !reaches(c, q, j))
+        return bad(c, i, j, "a reader of the first (through a GET) may run after the second's writer",
+                   msg);
+    }
   }
   if (reads(p, j, i)) {
     uint32_t a = p->order[i], b = p->order[j];

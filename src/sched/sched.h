@@ -128,6 +128,10 @@ typedef struct graft__plan {
   int arena_borrowed;       /* a body's arena lies in its top-level plan's
                                ctl_arena (control.c) */
   unsigned char *ctl_arena; /* the bodies' shared block (top level) */
+  uint32_t *alias;          /* per order position: a GET reading its control
+                               node's bytes in place, that node's position
+                               (UINT32_MAX for every other node; the array
+                               NULL without control flow): plan.c */
   graft__plan_opts opts;    /* as compiled (bodies compile with them) */
 } graft__plan;
 
@@ -185,6 +189,10 @@ int graft__plan_runs_alone(const graft__plan *p, int64_t grain);
  * copied at the first write to one of its nodes (fusion, control flow).
  * NULL on ENOMEM. */
 graft__node *graft__plan_writable(graft__plan *p, uint32_t id);
+
+/* Point every compute view at its arena bytes (an aliased GET at its
+ * control node's), after placement or a move of the arena. */
+void graft__plan_point_views(graft__plan *p);
 
 /* ---- control flow (control.c) ---------------------------------------------- */
 /* The shape hook of graft__shape_ctx (ctl_arg: the plan): compiles a
