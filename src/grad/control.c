@@ -34,14 +34,22 @@ static int is_float(graft_value *v) { return graft__grad_is_float(v); }
 /* In body trace t: replay s on prim[] (values of t, distinct), then the
  * cotangents of its inputs for the output cotangents cot[i] (NULL: none):
  * gx[j] for each float input that want[j] asks for (zeros where
- * unconnected), NULL for the others. */
+ * unconnected), NULL for the others.  subst (or NULL) holds values equal,
+ * bitwise, to outputs of the forward (the saved carries a step left, a
+ * scan's ys): the backward nodes read those instead of the replayed ones,
+ * so forward ops that only made them are pruned, not recomputed (a tanh
+ * cell's backward needs its output, not the matmuls before it). */
 static graft_status body_vjp(graft_trace *t, const graft__sub *s, graft_value *const *prim,
-                             const uint8_t *want, graft_value *const *cot, graft_value **gx) {
+                             const uint8_t *want, graft_value *const *cot,
+                             graft_value *const *subst, graft_value **gx) {
   int ns = s->g->n_inputs, no = s->g->n_outputs;
-  graft_value **buf = graft__calloc((size_t)(2 * no + 2 * ns) + 1, sizeof *buf);
+  graft_value **buf = graft__calloc((size_t)(3 * no + 2 * ns) + 1, sizeof *buf);
   if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "backward body: out of memory");
   graft_value **outs = buf, **seeds = buf + no, **xs = buf + 2 * no, **g = xs + ns;
+  graft_value **replayed = g + ns;
   graft_status st = graft__replay(t, s, prim, outs);
+  memcpy(replayed, outs, (size_t)no * sizeof *outs);
+  uint32_t mark = t->g->n_nodes; /* the backward nodes follow */
   int ny = 0, nx = 0;
   for (int i = 0; i < no && !st; i++)
     if (cot[i] && is_float(outs[i])) {
@@ -53,6 +61,15 @@ static graft_status body_vjp(graft_trace *t, const graft__sub *s, graft_value *c
     if (want[j] && is_float(prim[j])) xs[nx++] = prim[j];
   }
   if (!st && ny && nx) st = graft_gradients(t, ny, outs, seeds, nx, xs, GRAFT_UNCONNECTED_ZERO, g);
+  for (int i = 0; i < no && subst && !t->status; i++) {
+    const graft__node *r = graft__trace_node(t, replayed[i]), *v = graft__trace_node(t, subst[i]);
+    if (!subst[i] || !r || !v || r == v || r->op == GRAFT__OP_INPUT) continue;
+    for (uint32_t id = mark; id < t->g->n_nodes; id++) {
+      graft__node *b = graft__graph_node(t->g, id);
+      for (int j = 0; j < b->n_in; j++)
+        if (b->in[j] == r->id) b->in[j] = v->id;
+    }
+  }
   for (int j = 0, k = 0; j < ns && !st; j++)
     if (want[j] && is_float(prim[j])) gx[j] = ny ? g[k++] : graft_zeros_like(t, prim[j]);
   graft__free(buf);
@@ -120,7 +137,7 @@ static graft_status branch_vjp(graft_trace *t, int n, graft_value *const *vals, 
     want[j] = x->need[x->c->map[k][j]];
   }
   for (int i = 0; i < no; i++) cot[i] = x->extra_of[i] >= 0 ? vals[m + x->extra_of[i]] : NULL;
-  graft_status st = body_vjp(t, s, prim, want, cot, gx);
+  graft_status st = body_vjp(t, s, prim, want, cot, NULL, gx);
   graft__free(want);
   /* one output per float input of the node: this body's cotangent for it
    * (map is one-to-one), or zeros where the body does not use it */
@@ -237,14 +254,15 @@ static graft_status branch_rule(graft_trace *t, const graft__node *nd, graft_val
 
 /* The reverse scan's body over a scan or while loop's body (sub k):
  * carries [ct_c (float carries)..., ct_cap (float captures)...], xs
- * [saved carries (all)..., the node's xs (scan)..., ct_y (float ys)...,
- * ct_S (float carries, when the saved outputs have cotangents)...]; ys
- * the float xs' cotangents. */
+ * [carries before the step (all)..., after it (all)..., the node's xs...,
+ * its ys (the forward's)..., ct_y (float ys)..., ct_b (float carries,
+ * has_cts: cotangents of the saved carries before the step)..., ct_a
+ * (has_cta: after)...]; ys the float xs' cotangents. */
 typedef struct loop_ctx {
   const graft__ctl *c;
   int k;                       /* the body's sub */
   graft_value *const *in;      /* the node's inputs (t's) */
-  int nc, nx, nfc, nfcap, nfy, nfx, has_cts;
+  int nc, nx, ny, nfc, nfcap, nfy, nfx, has_cts, has_cta;
   int *fc, *fcap, *fy, *fx;    /* float carries / capture sub inputs / ys / xs */
   /* forward mode */
   const uint8_t *want;         /* per sub input: its cotangent is used */
@@ -260,21 +278,25 @@ static graft_status loop_vjp_body(graft_trace *t, int n, graft_value *const *val
   const graft__sub *s = c->sub[x->k];
   int ns = s->g->n_inputs, no = s->g->n_outputs, nc = x->nc, nx = x->nx;
   (void)n, (void)n_out;
-  graft_value **buf = graft__calloc((size_t)(2 * ns + no) + 1, sizeof *buf);
+  graft_value **buf = graft__calloc((size_t)(2 * ns + 2 * no) + 1, sizeof *buf);
   if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "%s backward: out of memory", c->name);
-  graft_value **prim = buf, **gx = buf + ns, **cot = buf + 2 * ns;
+  graft_value **prim = buf, **gx = buf + ns, **cot = buf + 2 * ns, **sub = cot + no;
   graft_value *const *ct_c = vals, *const *ct_cap = vals + x->nfc;
-  graft_value *const *S = ct_cap + x->nfcap, *const *xt = S + nc, *const *cty = xt + nx;
-  graft_value *const *ctS = cty + x->nfy;
+  graft_value *const *Sb = ct_cap + x->nfcap, *const *Sa = Sb + nc, *const *xt = Sa + nc;
+  graft_value *const *yf = xt + nx, *const *cty = yf + x->ny, *const *ctb = cty + x->nfy;
+  graft_value *const *cta = ctb + (x->has_cts ? x->nfc : 0);
   for (int j = 0; j < ns; j++)
-    prim[j] = j < nc ? S[j] : j < nc + nx ? xt[j - nc] : local(t, x->in[c->map[x->k][j]]);
-  for (int i = 0; i < x->nfc; i++) cot[x->fc[i]] = ct_c[i];
+    prim[j] = j < nc ? Sb[j] : j < nc + nx ? xt[j - nc] : local(t, x->in[c->map[x->k][j]]);
+  for (int i = 0; i < x->nfc; i++)
+    cot[x->fc[i]] = x->has_cta ? graft_add(t, ct_c[i], cta[i]) : ct_c[i];
   for (int i = 0; i < x->nfy; i++) cot[nc + x->fy[i]] = cty[i];
-  graft_status st = body_vjp(t, s, prim, x->want, cot, gx);
+  for (int i = 0; i < nc; i++) sub[i] = Sa[i];
+  for (int i = 0; i < x->ny; i++) sub[nc + i] = yf[i];
+  graft_status st = body_vjp(t, s, prim, x->want, cot, sub, gx);
   int o = 0;
   for (int i = 0; i < x->nfc && !st; i++) {
     graft_value *g = gx[x->fc[i]];
-    outs[o++] = x->has_cts ? graft_add(t, g, ctS[i]) : g;
+    outs[o++] = x->has_cts ? graft_add(t, g, ctb[i]) : g;
   }
   for (int i = 0; i < x->nfcap && !st; i++) outs[o++] = graft_add(t, ct_cap[i], gx[x->fcap[i]]);
   for (int i = 0; i < x->nfx && !st; i++) outs[o++] = gx[nc + x->fx[i]];
@@ -285,7 +307,8 @@ static graft_status loop_vjp_body(graft_trace *t, int n, graft_value *const *val
 /* ---- checkpoints: the reverse scan block by block ---------------------------- */
 
 /* A block's recomputation: the forward body on (carry, x), giving the next
- * carries and, as ys, the carries before each step. */
+ * carries and, as ys, the carries before each step, after it, and the
+ * body's ys. */
 static graft_status recompute_body(graft_trace *t, int n, graft_value *const *vals, int n_out,
                                    graft_value **outs, void *user) {
   const loop_ctx *x = user;
@@ -301,7 +324,9 @@ static graft_status recompute_body(graft_trace *t, int n, graft_value *const *va
   for (int i = 0; i < nc && !st; i++) {
     outs[i] = po[i];
     outs[nc + i] = vals[i];
+    outs[2 * nc + i] = po[i];
   }
+  for (int i = 0; i < x->ny && !st; i++) outs[3 * nc + i] = po[nc + i];
   graft__free(buf);
   return t->status;
 }
@@ -319,18 +344,20 @@ static graft_status block_vjp_body(graft_trace *t, int n, graft_value *const *va
   graft_value *const *ct = vals, *const *S = vals + nfc + nfcap, *const *xb = S + nc;
   graft_value *const *cty = xb + nx, *const *ctS = cty + x->nfy;
   graft_value *len = ctS[x->has_cts ? nfc : 0];
-  graft_value **buf = graft__calloc((size_t)(4 * (nc + nx + nfc + nfcap + x->nfy + x->nfx)) + 4,
+  int ny = x->ny;
+  graft_value **buf = graft__calloc((size_t)(4 * (nc + nx + ny + nfc + nfcap + x->nfy + x->nfx)) + 4,
                                     sizeof *buf);
   if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "scan backward: out of memory");
-  graft_value **res = buf, **xs2 = res + 2 * nc + 1, **res2 = xs2 + nc + nx + x->nfy + 1;
+  graft_value **res = buf, **xs2 = res + 3 * nc + ny + 1, **res2 = xs2 + 2 * nc + nx + ny + x->nfy + 1;
   graft_scan_opts fwd = {.reverse = c->reverse}, bwd = {.reverse = !c->reverse};
   graft_status st =
-      graft__scan_ext(t, recompute_body, (void *)x, nc, S, nx, xb, nc, res, &fwd, len);
+      graft__scan_ext(t, recompute_body, (void *)x, nc, S, nx, xb, 2 * nc + ny, res, &fwd, len);
   loop_ctx inner = *x;
   inner.has_cts = 0; /* the checkpoints' cotangents join per block, below */
   int m = 0;
-  for (int i = 0; i < nc; i++) xs2[m++] = res[nc + i];
+  for (int i = 0; i < 2 * nc; i++) xs2[m++] = res[nc + i]; /* before, after */
   for (int i = 0; i < nx; i++) xs2[m++] = xb[i];
+  for (int i = 0; i < ny; i++) xs2[m++] = res[3 * nc + i];
   for (int i = 0; i < x->nfy; i++) xs2[m++] = cty[i];
   if (!st)
     st = graft__scan_ext(t, loop_vjp_body, &inner, nfc + nfcap, ct, m, xs2, x->nfx, res2, &bwd, len);
@@ -400,7 +427,7 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
     graft__free(vb);
     return graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", c->name);
   }
-  loop_ctx x = {.c = c, .k = k, .in = in, .nc = nc, .nx = nx};
+  loop_ctx x = {.c = c, .k = k, .in = in, .nc = nc, .nx = nx, .ny = ny};
   x.fc = ib, x.fcap = ib + nc, x.fy = x.fcap + ncap, x.fx = x.fy + ny;
   graft_value **tmp = vb; /* for the float tests only, before init is written */
   /* the node's float carries (by the final values), captures, ys, xs */
@@ -424,28 +451,36 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
   for (int i = 0; i < x.nfx; i++) want[nc + x.fx[i]] = 1;
   for (int j = 0; j < x.nfcap; j++) want[x.fcap[j]] = 1;
   x.want = want;
-  /* the saved outputs' cotangents (only if they existed before this call) */
+  /* the saved outputs' cotangents (only if they existed before this call):
+   * before each step, and (without checkpoints) after */
+  int ck = c->checkpoint > 1;
   graft_value *const *cts = n_cot > c->n_out ? cot + c->n_out : NULL;
-  for (int i = 0; cts && i < x.nfc; i++) x.has_cts |= cts[x.fc[i]] != NULL;
+  for (int i = 0; cts && i < x.nfc; i++) {
+    x.has_cts |= cts[x.fc[i]] != NULL;
+    x.has_cta |= !ck && cts[nc + x.fc[i]] != NULL;
+  }
   /* the reverse scan's carries and xs */
   graft_value **init = vb + nc + nx + ny + ncap + 1, **xs = init + x.nfc + x.nfcap + 1;
-  graft_value **outs = xs + nc + nx + x.nfy + x.nfc + 1;
+  graft_value **outs = xs + 2 * nc + nx + ny + x.nfy + 2 * x.nfc + 2;
   int ni = 0, nxs = 0;
   for (int i = 0; i < x.nfc; i++) {
     graft_value *f = graft__value(t->g, c->gets[x.fc[i]]);
     init[ni++] = cot[x.fc[i]] ? cot[x.fc[i]] : graft_zeros_like(t, f);
   }
   for (int j = 0; j < x.nfcap; j++) init[ni++] = graft_zeros_like(t, in[c->map[k][x.fcap[j]]]);
-  for (int i = 0; i < nc; i++) xs[nxs++] = graft__value(t->g, first + (uint32_t)i);
+  for (int i = 0; i < (ck ? 1 : 2) * nc; i++) xs[nxs++] = graft__value(t->g, first + (uint32_t)i);
   for (int i = 0; i < nx; i++) xs[nxs++] = in[pre + nc + i];
+  for (int i = 0; !ck && i < ny; i++) xs[nxs++] = graft__value(t->g, c->gets[nc + i]);
   for (int i = 0; i < x.nfy; i++) {
     graft_value *y = graft__value(t->g, c->gets[nc + x.fy[i]]);
     xs[nxs++] = cot[nc + x.fy[i]] ? cot[nc + x.fy[i]] : graft_zeros_like(t, y);
   }
-  for (int i = 0; x.has_cts && i < x.nfc; i++) {
-    graft_value *S = graft__value(t->g, first + (uint32_t)x.fc[i]);
-    xs[nxs++] = cts[x.fc[i]] ? cts[x.fc[i]] : graft_zeros_like(t, S);
-  }
+  for (int a = 0; a < 2; a++) /* the saved carries' cotangents: before, after */
+    for (int i = 0; (a ? x.has_cta : x.has_cts) && i < x.nfc; i++) {
+      int at = a * nc + x.fc[i];
+      graft_value *S = graft__value(t->g, first + (uint32_t)at);
+      xs[nxs++] = cts[at] ? cts[at] : graft_zeros_like(t, S);
+    }
   for (int i = 0; i < n_in; i++) gx[i] = NULL;
   if (c->checkpoint > 1 && ni + x.nfx && !t->status) { /* block by block */
     int64_t kk = c->checkpoint, T = graft_value_shape(in[pre + nc])[0], nb = (T + kk - 1) / kk;
@@ -466,7 +501,7 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
     for (int i = 0; i < x.nfx && !st; i++) gx[pre + nc + x.fx[i]] = from_blocks(t, outs[o2++], T);
   } else if (ni + x.nfx && !t->status) {
     graft_scan_opts o = {.reverse = is_while ? 1 : !c->reverse, .checkpoint = 0};
-    graft_value *len = is_while ? graft__value(t->g, first + (uint32_t)nc) : pre ? in[0] : NULL;
+    graft_value *len = is_while ? graft__value(t->g, first + (uint32_t)(2 * nc)) : pre ? in[0] : NULL;
     st = graft__scan_ext(t, loop_vjp_body, &x, ni, init, nxs, xs, x.nfx, outs, &o, len);
     int o2 = 0;
     for (int i = 0; i < x.nfc && !st; i++) gx[pre + x.fc[i]] = outs[o2++];
@@ -580,9 +615,11 @@ static graft_status loop_jvp(graft_trace *t, const graft__node *nd, graft_value 
   if (!st && c->save) { /* the saved carries' tangents: the new loop's saved tangents */
     uint32_t first;
     const graft__node *gn = graft__trace_node(t, outs[0]); /* a GET of the new loop */
+    int m = nc + x.nfc, after = c->checkpoint > 1 ? 0 : 1; /* the new loop's carries */
     if (!(st = graft__ctl_save(t, gn->in[0], &first)))
-      for (int i = 0; i < x.nfc; i++)
-        tout[c->n_out + x.fc[i]] = graft__value(t->g, first + (uint32_t)(nc + i));
+      for (int a = 0; a <= after; a++)
+        for (int i = 0; i < x.nfc; i++)
+          tout[c->n_out + a * nc + x.fc[i]] = graft__value(t->g, first + (uint32_t)(a * m + nc + i));
   }
   graft__free(ib);
   graft__free(vb);

@@ -667,7 +667,6 @@ graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first_out) {
   graft__graph *g = t->g;
   graft__node *n = graft__graph_node(g, id);
   graft__ctl *c = n->attr.ctl.ctl;
-  int n_saved = c->n_carry + (c->kind == GRAFT__CTL_WHILE);
   if (!c->save) {
     uint32_t first = g->n_nodes;
     int64_t T = 0;
@@ -680,19 +679,19 @@ graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first_out) {
         uint32_t v = i < c->n_xs ? n->in[c->has_len + c->n_carry + i] : c->gets[c->n_carry + i - c->n_xs];
         if (graft__graph_node(g, v)->rank == GRAFT_MAX_RANK) c->checkpoint = 0;
       }
-      if (c->checkpoint > 1) T = (T + c->checkpoint - 1) / c->checkpoint;
     }
+    int n_saved = graft__ctl_saved(c), nc = c->n_carry;
     for (int i = 0; i < n_saved; i++) {
       graft__node *o = graft__graph_add(g, GRAFT__OP_GET, 1, &id);
       if (!o) return graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", c->name);
       o->role = t->role;
       o->attr.get.index = c->n_out + i;
-      if (i == c->n_carry) { /* a while loop's iteration count */
+      if (c->kind == GRAFT__CTL_WHILE && i == n_saved - 1) { /* the iteration count */
         o->dtype = GRAFT_I32;
         o->rank = 0;
         continue;
       }
-      const graft__node *v = graft__graph_node(g, c->gets[i]); /* the carry's shape */
+      const graft__node *v = graft__graph_node(g, c->gets[i % nc]); /* the carry's shape */
       if (v->rank == GRAFT_MAX_RANK)
         return graft_trace_fail(t, GRAFT_EUNSUPPORTED,
                                 "%s: reverse mode saves carry %d stacked, past rank %d", c->name, i,
@@ -700,7 +699,9 @@ graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first_out) {
       o->dtype = v->dtype;
       o->rank = (uint8_t)(v->rank + 1);
       memcpy(o->shape + 1, v->shape, (size_t)v->rank * sizeof *v->shape);
-      o->shape[0] = c->kind == GRAFT__CTL_WHILE ? c->max_iters : T;
+      o->shape[0] = c->kind == GRAFT__CTL_WHILE ? c->max_iters
+                    : c->checkpoint > 1           ? (T + c->checkpoint - 1) / c->checkpoint
+                                                  : T;
     }
     c->save = 1;
     c->save_get = first;

@@ -288,8 +288,9 @@ enum graft__ctl_kind { GRAFT__CTL_COND, GRAFT__CTL_WHILE, GRAFT__CTL_SCAN, GRAFT
  * and, with save (reverse mode asked for it), then each carry stacked as
  * it was before each step (SCAN: T rows, or with a checkpoint interval k
  * > 1 only before each block of k rows: ceil(T / k) rows; WHILE: max_iters
- * rows, the rows past the count zero) and, for WHILE, the iteration count
- * (i32). */
+ * rows, the rows past the count zero), then (without checkpoints) each
+ * carry as each step left it, stacked the same way, and, for WHILE, the
+ * iteration count (i32): graft__ctl_saved of them. */
 typedef struct graft__ctl {
   int kind;                    /* enum graft__ctl_kind */
   int n_subs;                  /* COND, WHILE: 2 (then/else, cond/body); else 1 */
@@ -311,9 +312,13 @@ typedef struct graft__ctl {
   const char *name;            /* what messages call it */
 } graft__ctl;
 
+/* The saved outputs of a control node (once save is set). */
+static inline int graft__ctl_saved(const graft__ctl *c) {
+  return c->n_carry * (c->checkpoint > 1 ? 1 : 2) + (c->kind == GRAFT__CTL_WHILE);
+}
 /* Outputs of a control node including the saved ones. */
 static inline int graft__ctl_outputs(const graft__ctl *c) {
-  return c->n_out + (c->save ? c->n_carry + (c->kind == GRAFT__CTL_WHILE) : 0);
+  return c->n_out + (c->save ? graft__ctl_saved(c) : 0);
 }
 /* The node n may fail on data (its op's flag, or a subgraph that may). */
 static inline int graft__node_fallible(const graft__node *n) {
@@ -335,8 +340,7 @@ graft_status graft__scan_ext(graft_trace *t, graft_trace_fn body_fn, void *user,
                              graft_value **outs, const graft_scan_opts *opts, graft_value *len);
 /* Make control node id of t's graph keep what reverse mode needs (see
  * graft__ctl): *first is the id of the first of those outputs' GETs
- * (n_carry of them, then a while loop's count, consecutive); asking again
- * gives the same. */
+ * (graft__ctl_saved of them, consecutive); asking again gives the same. */
 graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first);
 /* Emit a copy of control node n (of another graph) on inputs in[] (values
  * of t, one per input of n); *id gets the new node's id (its GETs are

@@ -241,14 +241,14 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
         return failf(sc, GRAFT_ESHAPE, "var %d is %s from the body but %s in init for these "
                      "inputs", i, text(a, sizeof a, &e->osh[i]), text(b, sizeof b, &in[i]));
     }
-    for (int i = 0; c->save && i < c->n_carry; i++) {
+    for (int i = 0; c->save && i < 2 * c->n_carry; i++) { /* before and after */
       graft__shape *s = &e->osh[c->n_out + i];
-      *s = in[i];
+      *s = in[i % c->n_carry];
       memmove(s->dims + 1, s->dims, (size_t)s->rank * sizeof *s->dims);
       s->dims[0] = c->max_iters;
       s->rank++;
     }
-    if (c->save) e->osh[c->n_out + c->n_carry] = (graft__shape){.dtype = GRAFT_I32};
+    if (c->save) e->osh[c->n_out + 2 * c->n_carry] = (graft__shape){.dtype = GRAFT_I32};
     break;
   }
   case GRAFT__CTL_SCAN:
@@ -274,9 +274,9 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
       s->dims[0] = e->steps;
       s->rank++;
     }
-    for (int i = 0; c->save && i < c->n_carry; i++) {
+    for (int i = 0; c->save && i < graft__ctl_saved(c); i++) { /* before (and after) */
       graft__shape *s = &e->osh[c->n_out + i];
-      *s = e->osh[i];
+      *s = e->osh[i % c->n_carry];
       memmove(s->dims + 1, s->dims, (size_t)s->rank * sizeof *s->dims);
       s->dims[0] = c->checkpoint > 1 ? (e->steps + c->checkpoint - 1) / c->checkpoint : e->steps;
       s->rank++;
@@ -476,16 +476,20 @@ static graft_status run_while(const graft__ctl_exec *e, const graft__kargs *k, u
       copy(out + e->off[c->n_out + i] + it * e->bytes[i], cur + e->off[i], e->bytes[i]);
     for (int i = 0; i < nc; i++) bind(e, 1, i, cur + e->off[i]);
     if ((st = run_body(e, 1, it, msg))) return body_failed(k, st, "body", it, msg);
-    for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 1, i), e->bytes[i]);
+    for (int i = 0; i < nc; i++) {
+      copy(next + e->off[i], out_data(e, 1, i), e->bytes[i]);
+      if (c->save) /* the carries as this step left them */
+        copy(out + e->off[c->n_out + nc + i] + it * e->bytes[i], next + e->off[i], e->bytes[i]);
+    }
     unsigned char *x = cur;
     cur = next;
     next = x;
   }
   for (int i = 0; cur != out && i < nc; i++) copy(out + e->off[i], cur + e->off[i], e->bytes[i]);
   if (c->save) {
-    for (int i = 0; i < nc; i++) /* the rows past the count: zeros, not stale bytes */
-      zero(out + e->off[c->n_out + i] + it * e->bytes[i], (c->max_iters - it) * e->bytes[i]);
-    *(int32_t *)(out + e->off[c->n_out + nc]) = (int32_t)it;
+    for (int i = 0; i < 2 * nc; i++) /* the rows past the count: zeros, not stale bytes */
+      zero(out + e->off[c->n_out + i] + it * e->bytes[i % nc], (c->max_iters - it) * e->bytes[i % nc]);
+    *(int32_t *)(out + e->off[c->n_out + 2 * nc]) = (int32_t)it;
   }
   return GRAFT_OK;
 }
@@ -518,7 +522,11 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
       bind(e, 0, nc + i, (const unsigned char *)k->in[x0 + i]->data + r * e->x_bytes[i]);
     graft_status st = run_body(e, 0, r, msg);
     if (st) return body_failed(k, st, "body", r, msg);
-    for (int i = 0; i < nc; i++) copy(next + e->off[i], out_data(e, 0, i), e->bytes[i]);
+    for (int i = 0; i < nc; i++) {
+      copy(next + e->off[i], out_data(e, 0, i), e->bytes[i]);
+      if (c->save && ck == 1) /* the carries as this step left them */
+        copy(out + e->off[c->n_out + nc + i] + r * e->bytes[i], next + e->off[i], e->bytes[i]);
+    }
     for (int i = nc; i < c->n_out; i++) {
       int64_t row = T ? e->bytes[i] / T : 0;
       copy(out + e->off[i] + r * row, out_data(e, 0, i), row);

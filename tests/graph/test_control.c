@@ -611,6 +611,51 @@ static void test_scan_checkpoints_bitwise_and_smaller(void **state) {
   }
 }
 
+/* The backward of a scan reads the carries each step left and the ys the
+ * forward made (saved), so the forward matmuls run once: the scan runs as
+ * many matmuls as the unrolled RNN (per step: 2 forward, and the
+ * gradients of U, W, X and h). */
+static void test_scan_backward_reads_saved_outputs(void **state) {
+  (void)state;
+  char path[] = "/tmp/graft_scanmm_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.sched = "ws";
+  o.num_threads = 1;
+  o.trace_path = path;
+  graft_runtime *rt = tu_runtime_from(&o);
+  graft_tensor *in[6], *out[6];
+  rnn_inputs(in, 37);
+  static const char *const names[2] = {"scan", "unrolled"};
+  for (int m = 0; m < 2; m++) {
+    int mode[2] = {m, 0};
+    graft_function_desc d = {.name = names[m], .trace = rnn_grads, .user = mode, .n_inputs = 5,
+                             .n_outputs = 6};
+    graft_function *f = NULL;
+    tu_assert_status(graft_function_create(rt, &d, &f), GRAFT_OK);
+    for (int i = 0; i < 6; i++) out[i] = NULL;
+    tu_assert_run_ok(graft_function_call(f, 5, in, 6, out), names[m], graft_function_errmsg(f));
+    graft_function_destroy(f);
+    for (int i = 0; i < 6; i++) graft_tensor_destroy(out[i]);
+  }
+  graft_runtime_destroy(rt);
+  FILE *fp = fopen(path, "r");
+  assert_non_null(fp);
+  static char text[1 << 24];
+  size_t len = fread(text, 1, sizeof text - 1, fp);
+  text[len] = '\0';
+  fclose(fp);
+  unlink(path);
+  int scan = count_slices(text, "matmul", "scan"), unrolled = count_slices(text, "matmul", "unrolled");
+  print_message("matmul runs: scan %d, unrolled %d\n", scan, unrolled);
+  assert_int_equal(unrolled, 6 * RT);
+  assert_int_equal(scan, unrolled);
+  for (int i = 0; i < 6; i++) graft_tensor_destroy(in[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cond_piecewise),
@@ -620,6 +665,7 @@ int main(void) {
       cmocka_unit_test(test_scan_rnn_equals_unrolled),
       cmocka_unit_test(test_scan_rnn_hvp_matches_finite_differences),
       cmocka_unit_test(test_scan_checkpoints_bitwise_and_smaller),
+      cmocka_unit_test(test_scan_backward_reads_saved_outputs),
       cmocka_unit_test(test_remat_mlp_bitwise_smaller_and_recomputed),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
