@@ -14,8 +14,9 @@
  * reads each before either is written.  A plan holding control flow walks
  * its order on the calling thread (graft__ctl_run_plan), and a body runs on
  * the runtime's executor, so its independent nodes spread over the workers
- * (a body that holds control flow walks too).  Either way every node runs
- * the same tiles, so the bits are the same at every thread count. */
+ * (a body that holds control flow walks too), or on the calling thread where
+ * that is faster (run_body measures).  Either way every node runs the same
+ * tiles, so the bits are the same at every thread count. */
 #include <omp.h>
 #include <string.h>
 
@@ -39,6 +40,11 @@ struct graft__ctl_exec {
   /* Runs of the bodies and the ops they ran, since compile (function.c
    * reports a call's difference): one thread runs a node at a time. */
   int64_t runs, ops;
+  struct pick {                /* per body: on the team, or on this thread? */
+    int64_t runs;
+    int n[2];                  /* timed runs each way since the last probe */
+    double sum[2];             /* their time, in us */
+  } pick[2];
 };
 
 void graft__ctl_exec_destroy(graft__ctl_exec *e) {
@@ -381,6 +387,32 @@ graft_status graft__ctl_run_plan(graft__plan *p, const graft_runtime *rt, char *
   return st;
 }
 
+/* A body run is short (a loop step), so starting the team for it may cost
+ * more than the team saves (on a loaded machine, waking a worker can take
+ * a time slice: 3-30 ms against 0.5 ms on the calling thread, measured on
+ * a shared 2-core VM).  Each body therefore times PROBE runs each way, on
+ * the team and on the calling thread, and takes the faster on average (not
+ * the fastest run: the team's times vary most) until it probes again
+ * REPROBE runs later.  Either way every node runs the same tiles:
+ * the bits do not depend on the choice. */
+#define PROBE 3
+#define REPROBE 1024
+
+/* 1: run this time on the team; *timed: time it for the choice. */
+static int choose(struct pick *p, int *timed) {
+  if (p->runs++ % REPROBE == 0) p->n[0] = p->n[1] = 0;
+  *timed = 1;
+  if (p->n[1] < PROBE) return 1;
+  if (p->n[0] < PROBE) return 0;
+  *timed = 0;
+  return p->sum[1] < p->sum[0];
+}
+
+static void timed(struct pick *p, int team, double us) {
+  p->sum[team] = p->n[team] ? p->sum[team] + us : us;
+  p->n[team]++;
+}
+
 /* Run body k (iteration it, -1 for none). */
 static graft_status run_body(const graft__ctl_exec *e, int k, int64_t it, char *msg) {
   graft__plan *sp = e->sub[k];
@@ -389,9 +421,16 @@ static graft_status run_body(const graft__ctl_exec *e, int k, int64_t it, char *
   m->ops += sp->n_order;
   if (e->rt && e->rt->trace) return run_traced(e, k, it, msg);
   /* (a body holding control flow walks too: its control nodes share) */
-  if (e->rt && !e->alone[k] && !sp->has_ctl && !omp_in_parallel()) {
-    if (e->sched == GRAFT__SCHED_WS) return graft__exec_ws(sp, e->rt, msg);
-    if (e->sched == GRAFT__SCHED_OMP) return graft__exec_omp(sp, e->rt, msg);
+  if (e->rt && e->rt->num_threads > 1 && e->sched != GRAFT__SCHED_SEQ && !e->alone[k] &&
+      !sp->has_ctl && !omp_in_parallel()) {
+    int t;
+    int team = choose(&m->pick[k], &t);
+    double t0 = t ? graft__now_us() : 0;
+    graft_status st = !team                            ? graft__exec_seq(sp, msg)
+                      : e->sched == GRAFT__SCHED_WS ? graft__exec_ws(sp, e->rt, msg)
+                                                     : graft__exec_omp(sp, e->rt, msg);
+    if (t) timed(&m->pick[k], team, graft__now_us() - t0);
+    return st;
   }
   return graft__exec_seq(sp, msg);
 }
