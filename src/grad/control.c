@@ -398,7 +398,7 @@ static graft_value *from_blocks(graft_trace *t, graft_value *v, int64_t T) {
 static int floats(graft_value *const *v, int n, int *idx) {
   int m = 0;
   for (int i = 0; i < n; i++)
-    if (is_float(v[i])) idx[m++] = i;
+    if (v[i] && is_float(v[i])) idx[m++] = i; /* (NULL: not wanted) */
   return m;
 }
 
