@@ -16,9 +16,13 @@
  * ops are cut into tiles; every output of two successive calls and every
  * variable afterwards must be bitwise equal to the reference.  A few cases
  * also run on a synthetic 4-NUMA topology with 8 threads (several parts).
+ * Cases of their own hold control flow (cond, while_loop, scan, remat,
+ * nested, differentiated in reverse, forward and second order) and run
+ * with fusion off too.
  *
- * GRAFT_TEST_DAGS sets the case count (default 300); GRAFT_TEST_SEED=S runs
- * only case S (a failure prints the seed to use). */
+ * GRAFT_TEST_DAGS sets the case count (default 300; a third of it with
+ * control flow); GRAFT_TEST_SEED=S runs only case S (a failure prints the
+ * seed to use); GRAFT_TEST_CTL_LOG=1 lists the constructs drawn. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,6 +46,7 @@ typedef struct run_cfg {
   int threads;
   const char *topology, *partition;
   const char *memory;          /* GRAFT_MEMORY, NULL = default */
+  const char *fusion;          /* GRAFT_FUSION, NULL = default (on) */
 } run_cfg;
 
 typedef struct result {
@@ -51,6 +56,7 @@ typedef struct result {
   graft_tensor *var[MAX_VARS];
   int64_t tiles, nodes, parts;
   int64_t arena, load, lane_edges;
+  int64_t control_nodes, body_runs;
 } result;
 
 static void result_free(result *r) {
@@ -86,6 +92,8 @@ static void run_dag(graft_runtime *rt, dag_spec *s, const inputs *io, result *r)
     r->arena = ps.arena_bytes;
     r->load = ps.load_bytes;
     r->lane_edges = ps.lane_edges;
+    r->control_nodes = ps.control_nodes;
+    r->body_runs = ps.body_runs;
   }
   const char *dot = getenv("GRAFT_TEST_DOT"); /* GRAFT_TEST_DOT=file: the graph, for a repro */
   FILE *df = dot && *dot ? fopen(dot, "w") : NULL;
@@ -146,6 +154,7 @@ static graft_runtime *runtime_for(const run_cfg *c) {
   o.topology = c->topology;
   o.partition = c->partition;
   o.memory = c->memory;
+  o.fusion = c->fusion;
   graft_runtime *rt = NULL;
   char msg[512] = "";
   graft_status st = graft_runtime_create_ex(&o, &rt, msg, sizeof msg);
@@ -154,27 +163,31 @@ static graft_runtime *runtime_for(const run_cfg *c) {
 }
 
 typedef struct totals {
-  int64_t cases, tiles, nodes, multipart;
+  int64_t cases, tiles, nodes, multipart, control_nodes, body_runs;
+  dag_counts counts;           /* what the generator drew (control flow) */
   int64_t arena[16], load[16], lane_edges[16]; /* per configuration */
 } totals;
 
-/* Run case seed on every configuration and compare with the reference. */
-static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts,
+/* Run case seed (with control flow when ctl) on every configuration and
+ * compare with the reference. */
+static void check_case(uint64_t seed, int ctl, graft_runtime *ref_rt, graft_runtime **rts,
                        const run_cfg *cfgs, int n_cfgs, totals *tot) {
   dag_spec s;
   inputs io;
   result ref, got;
   char why[512];
   spec_make(&s, seed);
+  s.ctl = ctl;
+  s.counts = &tot->counts; /* (the reference's trace: counted once) */
   inputs_make(&s, &io);
   tu_watchdog_step("seed %llu, the seq reference", (unsigned long long)seed);
   run_dag(ref_rt, &s, &io, &ref);
   if (ref.st != GRAFT_OK) {
+    snprintf(why, sizeof why, "%s: %.400s", graft_status_name(ref.st), ref.msg); /* (freed next) */
     result_free(&ref);
     inputs_free(&s, &io);
-    fail_msg("seed %llu: the reference (seq) call failed: %s: %s (rerun: GRAFT_TEST_SEED=%llu)",
-             (unsigned long long)seed, graft_status_name(ref.st), ref.msg,
-             (unsigned long long)seed);
+    fail_msg("seed %llu: the reference (seq) call failed: %s (rerun: GRAFT_TEST_SEED=%llu)",
+             (unsigned long long)seed, why, (unsigned long long)seed);
   }
   check_finite(&s, &ref, why, sizeof why);
   if (why[0]) {
@@ -184,12 +197,15 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
              why, (unsigned long long)seed);
   }
   tot->cases++;
+  tot->control_nodes += ref.control_nodes;
+  tot->body_runs += ref.body_runs;
+  s.counts = NULL;
   for (int c = 0; c < n_cfgs; c++) {
-    tu_watchdog_step("seed %llu, sched %s x%d%s%s%s%s (rerun: GRAFT_TEST_SEED=%llu)",
+    tu_watchdog_step("seed %llu, sched %s x%d%s%s%s%s%s (rerun: GRAFT_TEST_SEED=%llu)",
                      (unsigned long long)seed, cfgs[c].sched, cfgs[c].threads,
                      cfgs[c].topology ? " topology " : "", cfgs[c].topology ? cfgs[c].topology : "",
                      cfgs[c].memory ? " memory " : "", cfgs[c].memory ? cfgs[c].memory : "",
-                     (unsigned long long)seed);
+                     cfgs[c].fusion ? " fusion off" : "", (unsigned long long)seed);
     run_dag(rts[c], &s, &io, &got);
     compare(&s, &ref, &got, why, sizeof why);
     if (got.st == GRAFT_OK) {
@@ -204,9 +220,10 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
     if (why[0]) {
       result_free(&ref);
       inputs_free(&s, &io);
-      fail_msg("seed %llu, sched %s x%d%s%s: %s (rerun: GRAFT_TEST_SEED=%llu)",
+      fail_msg("seed %llu, sched %s x%d%s%s%s%s: %s (rerun: GRAFT_TEST_SEED=%llu)",
                (unsigned long long)seed, cfgs[c].sched, cfgs[c].threads,
                cfgs[c].topology ? " topology " : "", cfgs[c].topology ? cfgs[c].topology : "",
+               cfgs[c].fusion ? " fusion " : "", cfgs[c].fusion ? cfgs[c].fusion : "",
                why, (unsigned long long)seed);
     }
   }
@@ -215,16 +232,16 @@ static void check_case(uint64_t seed, graft_runtime *ref_rt, graft_runtime **rts
 }
 
 /* Cases [first, first + n), or just GRAFT_TEST_SEED when set. */
-static void run_cases(const run_cfg *cfgs, int n_cfgs, uint64_t first, int64_t n, totals *tot) {
-  run_cfg ref_cfg = {"seq", 1, NULL, NULL, NULL};
+static void run_cases(const run_cfg *cfgs, int n_cfgs, uint64_t first, int64_t n, int ctl, totals *tot) {
+  run_cfg ref_cfg = {"seq", 1, NULL, NULL, NULL, NULL};
   graft_runtime *ref_rt = runtime_for(&ref_cfg);
   graft_runtime *rts[16];
   for (int c = 0; c < n_cfgs; c++) rts[c] = runtime_for(&cfgs[c]);
   const char *only = getenv("GRAFT_TEST_SEED");
   if (only && *only) {
-    check_case(strtoull(only, NULL, 10), ref_rt, rts, cfgs, n_cfgs, tot);
+    check_case(strtoull(only, NULL, 10), ctl, ref_rt, rts, cfgs, n_cfgs, tot);
   } else {
-    for (int64_t k = 0; k < n; k++) check_case(first + (uint64_t)k, ref_rt, rts, cfgs, n_cfgs, tot);
+    for (int64_t k = 0; k < n; k++) check_case(first + (uint64_t)k, ctl, ref_rt, rts, cfgs, n_cfgs, tot);
   }
   for (int c = 0; c < n_cfgs; c++) graft_runtime_destroy(rts[c]);
   graft_runtime_destroy(ref_rt);
@@ -232,13 +249,13 @@ static void run_cases(const run_cfg *cfgs, int n_cfgs, uint64_t first, int64_t n
 
 static void test_graft_function_call__random_dags_bitwise_equal_to_seq(void **state) {
   (void)state;
-  static const run_cfg cfgs[] = {{"ws", 1, NULL, NULL, NULL}, {"ws", 2, NULL, NULL, NULL},
-                                 {"ws", 3, NULL, NULL, NULL}, {"ws", 4, NULL, NULL, NULL},
-                                 {"ws", 8, NULL, NULL, NULL}, {"omp", 2, NULL, NULL, NULL},
-                                 {"omp", 4, NULL, NULL, NULL}};
+  static const run_cfg cfgs[] = {{"ws", 1, NULL, NULL, NULL, NULL}, {"ws", 2, NULL, NULL, NULL, NULL},
+                                 {"ws", 3, NULL, NULL, NULL, NULL}, {"ws", 4, NULL, NULL, NULL, NULL},
+                                 {"ws", 8, NULL, NULL, NULL, NULL}, {"omp", 2, NULL, NULL, NULL, NULL},
+                                 {"omp", 4, NULL, NULL, NULL, NULL}};
   totals tot = {0};
   int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS);
-  run_cases(cfgs, (int)COUNT(cfgs), 1, n, &tot);
+  run_cases(cfgs, (int)COUNT(cfgs), 1, n, 0, &tot);
   print_message("%lld cases, %lld live nodes, %lld tasks over %d schedules\n",
                 (long long)tot.cases, (long long)tot.nodes, (long long)tot.tiles,
                 (int)COUNT(cfgs));
@@ -249,12 +266,12 @@ static void test_graft_function_call__random_dags_bitwise_equal_to_seq(void **st
 
 static void test_graft_function_call__random_dags_on_numa_topology(void **state) {
   (void)state;
-  static const run_cfg cfgs[] = {{"ws", 8, "pack:2 numa:2 core:4 pu:1", "numa", NULL},
-                                 {"omp", 8, "pack:2 numa:2 core:4 pu:1", "numa", NULL},
-                                 {"ws", 3, "pack:2 numa:2 core:4 pu:1", "numa", NULL}};
+  static const run_cfg cfgs[] = {{"ws", 8, "pack:2 numa:2 core:4 pu:1", "numa", NULL, NULL},
+                                 {"omp", 8, "pack:2 numa:2 core:4 pu:1", "numa", NULL, NULL},
+                                 {"ws", 3, "pack:2 numa:2 core:4 pu:1", "numa", NULL, NULL}};
   totals tot = {0};
   int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 10;
-  run_cases(cfgs, (int)COUNT(cfgs), 1000001, n < 20 ? 20 : n, &tot);
+  run_cases(cfgs, (int)COUNT(cfgs), 1000001, n < 20 ? 20 : n, 0, &tot);
   print_message("%lld cases, %lld with several parts\n", (long long)tot.cases,
                 (long long)tot.multipart);
   /* Several parts must have held work in some of them. */
@@ -266,12 +283,12 @@ static void test_graft_function_call__random_dags_on_numa_topology(void **state)
  * seq at every thread count, and the arena shrinks toward LOAD. */
 static void test_graft_function_call__random_dags_with_memory_lanes(void **state) {
   (void)state;
-  static const run_cfg cfgs[] = {{"ws", 4, NULL, NULL, "parallel"}, {"ws", 4, NULL, NULL, "lanes:1"},
-                                 {"ws", 3, NULL, NULL, "lanes:2"},  {"omp", 2, NULL, NULL, "lanes:1"},
-                                 {"ws", 8, NULL, NULL, "lanes:3"}};
+  static const run_cfg cfgs[] = {{"ws", 4, NULL, NULL, "parallel", NULL}, {"ws", 4, NULL, NULL, "lanes:1", NULL},
+                                 {"ws", 3, NULL, NULL, "lanes:2", NULL},  {"omp", 2, NULL, NULL, "lanes:1", NULL},
+                                 {"ws", 8, NULL, NULL, "lanes:3", NULL}};
   totals tot = {0};
   int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 10;
-  run_cases(cfgs, (int)COUNT(cfgs), 2000001, n < 20 ? 20 : n, &tot);
+  run_cases(cfgs, (int)COUNT(cfgs), 2000001, n < 20 ? 20 : n, 0, &tot);
   print_message("%lld cases; arena/LOAD summed: parallel %.3f, lanes:1 %.3f, lanes:2 %.3f\n",
                 (long long)tot.cases, (double)tot.arena[0] / (double)tot.load[0],
                 (double)tot.arena[1] / (double)tot.load[1],
@@ -288,11 +305,45 @@ static void test_graft_function_call__random_dags_with_memory_lanes(void **state
   assert_true((double)tot.arena[1] <= 1.05 * (double)tot.load[1]);
 }
 
+/* Control flow (random_dag.h's dag_spec.ctl): cond, while_loop, scan and
+ * remat nodes with random bodies (closures, nested control flow), some
+ * differentiated in reverse, forward or second order.  Plans holding them
+ * walk on the calling thread and run each body on the executor: every
+ * thread count, omp, and fusion off give seq's bits. */
+static void test_graft_function_call__random_control_flow_bitwise_equal_to_seq(void **state) {
+  (void)state;
+  static const run_cfg cfgs[] = {
+      {"ws", 1, NULL, NULL, NULL, NULL},   {"ws", 2, NULL, NULL, NULL, NULL},
+      {"ws", 3, NULL, NULL, NULL, NULL},   {"ws", 4, NULL, NULL, NULL, NULL},
+      {"ws", 8, NULL, NULL, NULL, NULL},   {"omp", 2, NULL, NULL, NULL, NULL},
+      {"omp", 4, NULL, NULL, NULL, NULL},  {"seq", 1, NULL, NULL, NULL, "off"},
+      {"ws", 3, NULL, NULL, NULL, "off"},  {"ws", 8, NULL, NULL, NULL, "off"},
+      {"omp", 2, NULL, NULL, NULL, "off"}};
+  totals tot = {0};
+  int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 3;
+  run_cases(cfgs, (int)COUNT(cfgs), 3000001, n < 20 ? 20 : n, 1, &tot);
+  const dag_counts *c = &tot.counts;
+  print_message("%lld cases: %lld cond, %lld while_loop, %lld scan, %lld remat (%lld nested); "
+                "%lld gradients, %lld jvps, %lld second order; %lld control nodes, %lld body runs "
+                "(seq)\n",
+                (long long)tot.cases, (long long)c->cond, (long long)c->while_loop, (long long)c->scan,
+                (long long)c->remat, (long long)c->nested, (long long)c->gradients, (long long)c->jvps,
+                (long long)c->second_order, (long long)tot.control_nodes, (long long)tot.body_runs);
+  /* Every construct and every kind of derivative must have been drawn and
+   * run, or the test checks too little. */
+  const char *only = getenv("GRAFT_TEST_SEED");
+  if (only && *only) return;
+  assert_true(c->cond > 0 && c->while_loop > 0 && c->scan > 0 && c->remat > 0 && c->nested > 0);
+  assert_true(c->gradients > 0 && c->jvps > 0 && c->second_order > 0);
+  assert_true(tot.body_runs > tot.control_nodes);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       TU_WATCHED_TEST(test_graft_function_call__random_dags_with_memory_lanes),
       TU_WATCHED_TEST(test_graft_function_call__random_dags_bitwise_equal_to_seq),
       TU_WATCHED_TEST(test_graft_function_call__random_dags_on_numa_topology),
+      TU_WATCHED_TEST(test_graft_function_call__random_control_flow_bitwise_equal_to_seq),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
