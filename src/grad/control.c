@@ -484,7 +484,9 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
   for (int i = 0; i < n_in; i++) gx[i] = NULL;
   if (c->checkpoint > 1 && ni + x.nfx && !t->status) { /* block by block */
     int64_t kk = c->checkpoint, T = graft_value_shape(in[pre + nc])[0], nb = (T + kk - 1) / kk;
-    for (int i = 0; i < nxs - nc; i++) xs[nc + i] = to_blocks(t, xs[nc + i], nb, kk);
+    /* the xs and the ys' cotangents by blocks; the checkpoints and their
+     * cotangents are one row a block already */
+    for (int i = 0; i < nx + x.nfy; i++) xs[nc + i] = to_blocks(t, xs[nc + i], nb, kk);
     int32_t *lens = graft__malloc((size_t)nb * sizeof *lens);
     if (!lens) {
       st = graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", c->name);

@@ -52,6 +52,14 @@ static const graft__node *operand(graft_trace *t, const char *op, const char *wh
     fail(t, op, GRAFT_EMISUSE, "%s is the poison value of another (failed) trace", what);
     return NULL;
   case GRAFT__VALUE_FOREIGN:
+    if (t->cap) { /* a body using a value of a trace around it: captured */
+      uint32_t id = graft__capture_value(t, v);
+      if (id != GRAFT__POISON_ID) {
+        n = graft__graph_node(t->g, id);
+        break;
+      }
+      if (t->status) return NULL;
+    }
     fail(t, op, GRAFT_EMISUSE, "%s belongs to another trace, or to one that ended", what);
     return NULL;
   }

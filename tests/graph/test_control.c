@@ -656,6 +656,101 @@ static void test_scan_backward_reads_saved_outputs(void **state) {
   for (int i = 0; i < 6; i++) graft_tensor_destroy(in[i]);
 }
 
+/* A gradient of a gradient through a scan, with and without checkpoints:
+ * the same up to rounding (the second-order cotangents reach the carries
+ * through the saved ones per step, or through the blocks' recomputation).
+ * (Found by the random control-flow DAGs: the checkpoints' cotangents were
+ * cut into blocks like the xs.) */
+static graft_status tanh_body(graft_trace *t, int n, graft_value *const *in, int no,
+                              graft_value **out, void *u) {
+  (void)n, (void)no, (void)u;
+  out[0] = out[1] = graft_tanh(t, graft_mul(t, in[0], in[1]));
+  return GRAFT_OK;
+}
+
+static graft_status second_order(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                 graft_value **out, void *u) {
+  (void)n_in, (void)n_out;
+  graft_value *res[2], *g[2];
+  graft_scan_opts o = {.checkpoint = *(int64_t *)u};
+  graft_scan(t, tanh_body, NULL, 1, &in[0], 1, &in[1], 1, res, &o);
+  graft_value *loss = graft_add(t, sum(t, graft_sin(t, res[0])), sum(t, graft_sin(t, res[1])));
+  graft_gradients(t, 1, &loss, NULL, 2, in, GRAFT_UNCONNECTED_ZERO, g);
+  graft_value *l2 = graft_add(t, sum(t, graft_mul(t, g[0], in[0])), sum(t, graft_mul(t, g[1], in[1])));
+  graft_gradients(t, 1, &l2, NULL, 2, in, GRAFT_UNCONNECTED_ZERO, out);
+  return GRAFT_OK;
+}
+
+static void test_scan_second_order_with_checkpoints(void **state) {
+  (void)state;
+  const int64_t dh[1] = {3}, dx[2] = {7, 3};
+  tu_rng r = {3};
+  graft_tensor *in[2] = {tu_tensor_rand(&r, F64, 1, dh, -1, 1), tu_tensor_rand(&r, F64, 2, dx, -1, 1)};
+  graft_tensor *ref[2], *got[2];
+  char msg[512];
+  int64_t k = 0;
+  tu_assert_run_ok(tu_run(g_rt, second_order, &k, 2, in, 2, ref, msg), "plain", msg);
+  for (k = 2; k <= 7; k++) {
+    tu_assert_run_ok(tu_run(g_rt, second_order, &k, 2, in, 2, got, msg), "checkpointed", msg);
+    for (int i = 0; i < 2; i++) {
+      assert_tensors_close(got[i], ref[i], 1e-13, "second order");
+      graft_tensor_destroy(got[i]);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    graft_tensor_destroy(ref[i]);
+    graft_tensor_destroy(in[i]);
+  }
+}
+
+/* conv2d and the pools take values captured from the trace around a body
+ * like every other op (they check their operands themselves). */
+typedef struct pool_ctx {
+  int op;
+  graft_value *img;            /* the function's: a closure */
+} pool_ctx;
+
+static graft_value *pool_op(graft_trace *t, int op, graft_value *img) {
+  const int64_t k[2] = {2, 2}, s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1}, wd[4] = {1, 1, 2, 2};
+  const double w[4] = {1, 2, 3, 4};
+  if (op == 0) return graft_max_pool2d(t, img, k, s, p);
+  if (op == 1) return graft_avg_pool2d(t, img, k, s, p);
+  return graft_conv2d(t, img, graft_constant(t, F64, 4, wd, w), s, p, d, 1);
+}
+
+static graft_status pool_body(graft_trace *t, int n, graft_value *const *in, int no,
+                              graft_value **out, void *u) {
+  (void)n, (void)no, (void)in;
+  const pool_ctx *c = u;
+  out[0] = pool_op(t, c->op, c->img);
+  return GRAFT_OK;
+}
+
+static graft_status pool_in_remat(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                  graft_value **out, void *u) {
+  (void)n_in, (void)n_out;
+  pool_ctx c = {*(int *)u, in[0]};
+  graft_remat(t, pool_body, &c, 1, in, 1, &out[0]);
+  out[1] = pool_op(t, c.op, in[0]);
+  return GRAFT_OK;
+}
+
+static void test_conv_and_pools_capture_in_bodies(void **state) {
+  (void)state;
+  const int64_t d[4] = {1, 1, 3, 3};
+  tu_rng r = {1};
+  graft_tensor *x = tu_tensor_rand(&r, F64, 4, d, -1, 1), *y[2];
+  for (int op = 0; op < 3; op++) {
+    char msg[512];
+    tu_assert_run_ok(tu_run(g_rt, pool_in_remat, &op, 1, &x, 2, y, msg), "pool in a body", msg);
+    assert_memory_equal(graft_tensor_data(y[0]), graft_tensor_data(y[1]),
+                        (size_t)graft_tensor_numel(y[1]) * 8);
+    graft_tensor_destroy(y[0]);
+    graft_tensor_destroy(y[1]);
+  }
+  graft_tensor_destroy(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cond_piecewise),
@@ -666,6 +761,8 @@ int main(void) {
       cmocka_unit_test(test_scan_rnn_hvp_matches_finite_differences),
       cmocka_unit_test(test_scan_checkpoints_bitwise_and_smaller),
       cmocka_unit_test(test_scan_backward_reads_saved_outputs),
+      cmocka_unit_test(test_scan_second_order_with_checkpoints),
+      cmocka_unit_test(test_conv_and_pools_capture_in_bodies),
       cmocka_unit_test(test_remat_mlp_bitwise_smaller_and_recomputed),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
