@@ -14,10 +14,13 @@
  *
  * Values the ops return go into a pool that later ops draw from, so
  * programs chain: gradients of gradients, JVPs of custom gradients,
- * assigns of reads.  The decoder also checks what the API promises about
- * results it can see during the trace (gradients shaped like their xs,
- * all-NULL results on failure, ranks and dims in range) and dies on a
- * violation (fuzz.h). */
+ * assigns of reads, gradients through control flow.  A control-flow op's
+ * bodies are decoded where graft traces them, each by a gen of its own
+ * (its pool: captured values of the enclosing gen's, then its inputs),
+ * from the same stream (see "control flow" below).  The decoder also
+ * checks what the API promises about results it can see during the trace
+ * (gradients shaped like their xs, all-NULL results on failure, ranks and
+ * dims in range, control flow's outs) and dies on a violation (fuzz.h). */
 #include "trace_gen.h"
 
 #include <float.h>
@@ -61,7 +64,8 @@ int fz_avoid_parse(const char *s, unsigned *out) {
                {"stale", FZ_AVOID_STALE},     {"prune", FZ_AVOID_PRUNE},
                {"recurse", FZ_AVOID_RECURSE}, {"status", FZ_AVOID_STATUS},
                {"vjp", FZ_AVOID_VJP},         {"topo", FZ_AVOID_TOPO},
-               {"api", FZ_AVOID_API},         {"orphan", FZ_AVOID_ORPHAN}};
+               {"api", FZ_AVOID_API},         {"orphan", FZ_AVOID_ORPHAN},
+               {"empty", FZ_AVOID_EMPTY},     {"read", FZ_AVOID_READ}};
   *out = 0;
   while (s && *s) {
     size_t len = strcspn(s, ",");
@@ -70,7 +74,7 @@ int fz_avoid_parse(const char *s, unsigned *out) {
       i++;
     if (i == COUNT(words)) {
       fprintf(stderr, "GRAFT_FUZZ_AVOID: unknown class '%.*s' (huge, neg, stale, prune, recurse, "
-              "status, vjp, topo, api, orphan)\n", (int)len, s);
+              "status, vjp, topo, api, orphan, empty, read)\n", (int)len, s);
       return -1;
     }
     *out |= words[i].bit;
@@ -111,23 +115,44 @@ typedef struct fz_shape {
   int64_t d[SHAPE_CAP];
 } fz_shape;
 
-typedef struct gen {
+typedef struct gen gen;
+
+/* What a custom gradient's VJP gets as its user pointer: the callback's
+ * gen (whose current gen decodes the VJP's choices) and the trace the
+ * region was recorded in, at what depth. */
+typedef struct custom_rec {
+  gen *top;
+  const graft_trace *t;
+  int depth;
+} custom_rec;
+
+/* A decoder: one per trace being recorded, the function's (depth 0) or a
+ * body's (depth k: nested k deep).  They share the byte stream and, in the
+ * function's gen (top), the counters and the log's names. */
+struct gen {
   graft_trace *t;
   fz_trace_prog *p;
-  fz_reader r;
+  fz_reader *r;   /* top's rd */
+  gen *top;
+  int depth;
   graft_value *pool[FZ_POOL];
   int n;
-  int n_ad;                           /* gradient-building calls so far */
-  graft_value *checked[FZ_EXTRA_OUT]; /* values of fallible ops */
+  graft_value *checked[FZ_EXTRA_OUT]; /* values of fallible ops (depth 0 only) */
   int n_checked;
   int recurse; /* a VJP chose to call graft_gradients on its own region */
   int ran;     /* the current op was emitted, not skipped */
-  /* The log (fz_trace_prog.verbose): what the current op decoded and made,
-   * and names (v0, v1, ...) for the values seen. */
+  /* The log (fz_trace_prog.verbose): what the current op decoded and made. */
   char args[512], made[512];
-  const graft_value *names[512];
+  /* top only: */
+  fz_reader rd;
+  gen *cur;                           /* the gen decoding now */
+  int n_ad;                           /* gradient-building calls so far */
+  int n_ops;                          /* ops so far, bodies included */
+  custom_rec recs[FZ_TOTAL_OPS];      /* one per custom_gradient */
+  int n_recs;
+  const graft_value *names[512];      /* the log's v0, v1, ... */
   int n_names;
-} gen;
+};
 
 static void note(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(char *buf, const char *fmt, ...) {
@@ -197,9 +222,10 @@ static const char *name_of(gen *g, const graft_value *v, char *buf) {
   for (int i = 0; v && i < g->p->n_stale; i++)
     if (g->p->stale[i] == v) return snprintf(buf, 16, "dead%d", i), buf;
   if (!v || graft_value_is_poison(v)) return v ? "poison" : "NULL";
+  gen *top = g->top;
   int i = 0;
-  while (i < g->n_names && g->names[i] != v) i++;
-  if (i == g->n_names && g->n_names < (int)COUNT(g->names)) g->names[g->n_names++] = v;
+  while (i < top->n_names && top->names[i] != v) i++;
+  if (i == top->n_names && top->n_names < (int)COUNT(top->names)) top->names[top->n_names++] = v;
   snprintf(buf, 16, "v%d", i);
   return buf;
 }
@@ -244,7 +270,7 @@ static graft_value *pool_at(gen *g, unsigned b, int from_end) {
 }
 
 static graft_value *choose(gen *g, int from_end) {
-  unsigned b = fz_u8(&g->r);
+  unsigned b = fz_u8(g->r);
   graft_value *v = b == 248 ? NULL : b > 248 ? stale(g, b) : NULL;
   if (b < 248 || (b > 248 && !v)) v = pool_at(g, b, from_end);
   note_value(g, v);
@@ -268,7 +294,7 @@ static int broadcasts(const fz_shape *a, const fz_shape *b) {
 
 /* The k-th newest pool value accepted by ok(ctx, value), or NULL. */
 static graft_value *find(gen *g, int (*ok)(gen *, const void *, graft_value *), const void *ctx) {
-  unsigned k = fz_u8(&g->r);
+  unsigned k = fz_u8(g->r);
   graft_value *found[FZ_POOL];
   int n = 0;
   for (int i = g->n - 1; i >= 0; i--)
@@ -287,7 +313,7 @@ static int ok_partner(gen *g, const void *ctx, graft_value *v) {
 /* A value to combine with a: mostly one of a's dtype whose shape
  * broadcasts with a's (a itself when none does), else any operand. */
 static graft_value *partner(gen *g, graft_value *a) {
-  if (fz_pick(&g->r, 4) == 3 || !live(g, a)) return operand(g);
+  if (fz_pick(g->r, 4) == 3 || !live(g, a)) return operand(g);
   graft_value *v = find(g, ok_partner, a);
   if (!v) note_value(g, a);
   return v ? v : a;
@@ -305,7 +331,7 @@ static graft_dtype dtype_from(gen *g, unsigned b, const graft_value *ref) {
 }
 
 static graft_dtype rd_dtype(gen *g, const graft_value *ref) {
-  graft_dtype dt = dtype_from(g, fz_u8(&g->r), ref);
+  graft_dtype dt = dtype_from(g, fz_u8(g->r), ref);
   if (g->p->verbose) note(g->args, " %s(%d)", graft_dtype_name(dt), (int)dt);
   return dt;
 }
@@ -313,7 +339,7 @@ static graft_dtype rd_dtype(gen *g, const graft_value *ref) {
 static double rd_double(gen *g) {
   static const double special[16] = {1.0,  0.0,      -0.0,      0.5, -1.0,    2.0,     3.0, 1e-3,
                                      1e30, -1e30,    INFINITY, -INFINITY, NAN, 1e-310, DBL_MAX, -2.5};
-  unsigned b = fz_u8(&g->r);
+  unsigned b = fz_u8(g->r);
   double v = b < 16 ? special[b] : ((double)b - 136.0) / 8.0;
   if (g->p->verbose) note(g->args, " %g", v);
   return v;
@@ -322,25 +348,25 @@ static double rd_double(gen *g) {
 /* A dim inside the trace: dim_from's classes, and 89..127 a dim of a pool
  * value (a symbol when that dim is symbolic). */
 static int64_t rd_dim(gen *g) {
-  unsigned b = fz_u8(&g->r);
+  unsigned b = fz_u8(g->r);
   if (b >= 89 && b < 128) {
     fz_shape s;
-    graft_value *v = pool_at(g, fz_u8(&g->r), 1);
-    unsigned i = fz_u8(&g->r);
+    graft_value *v = pool_at(g, fz_u8(g->r), 1);
+    unsigned i = fz_u8(g->r);
     return shape_of(g, v, &s) && s.rank ? s.d[i % (unsigned)s.rank] : 1;
   }
-  return dim_from(&g->r, b, g->p->avoid);
+  return dim_from(g->r, b, g->p->avoid);
 }
 
 /* A target shape: like's shape (0), like's with one dim redrawn (1), a
  * fresh one of rank 0..3 (2), or any claimed rank -1..10 (3). */
 static void rd_shape(gen *g, const graft_value *like, fz_shape *s) {
-  unsigned m = fz_pick(&g->r, 4);
+  unsigned m = fz_pick(g->r, 4);
   if (m <= 1 && shape_of(g, like, s)) {
-    if (m == 1 && s->rank) s->d[fz_pick(&g->r, (unsigned)s->rank)] = rd_dim(g);
+    if (m == 1 && s->rank) s->d[fz_pick(g->r, (unsigned)s->rank)] = rd_dim(g);
     return;
   }
-  s->rank = m == 3 ? fz_range(&g->r, -1, SHAPE_CAP - 2) : fz_range(&g->r, 0, 3);
+  s->rank = m == 3 ? fz_range(g->r, -1, SHAPE_CAP - 2) : fz_range(g->r, 0, 3);
   for (int i = 0; i < s->rank; i++) s->d[i] = rd_dim(g);
 }
 
@@ -361,7 +387,7 @@ static void note_dims(gen *g, const char *what, int rank, const int64_t *d) {
   if (g->p->verbose && rank < 0) note(g->args, "(rank %d)", rank);
 }
 
-static int rd_raw_axis(gen *g) { return note_int(g, raw_axis_from(fz_u8(&g->r))); }
+static int rd_raw_axis(gen *g) { return note_int(g, raw_axis_from(fz_u8(g->r))); }
 
 /* One axis: 0 = the last; small values both ways; the extremes. */
 static int axis_from(unsigned b) {
@@ -372,22 +398,22 @@ static int axis_from(unsigned b) {
   return (int)(b % 20) - 10;
 }
 
-static int rd_axis(gen *g) { return note_int(g, axis_from(fz_u8(&g->r))); }
+static int rd_axis(gen *g) { return note_int(g, axis_from(fz_u8(g->r))); }
 
 /* A reduction's axes: all (0), distinct valid ones counted up (1) or from
  * the end (2), or raw (3: any count -1..9, any values). */
 static int rd_axes(gen *g, const graft_value *x, int *axes) {
   fz_shape s = {0, {0}};
-  unsigned m = fz_pick(&g->r, 4);
+  unsigned m = fz_pick(g->r, 4);
   shape_of(g, x, &s);
   if (m == 0) return 0;
   if (m == 3) {
-    int n = fz_range(&g->r, -1, 9);
+    int n = fz_range(g->r, -1, 9);
     for (int i = 0; i < n; i++) axes[i] = rd_raw_axis(g);
     return n;
   }
   if (!s.rank) return 0;
-  int n = 1 + (int)fz_pick(&g->r, (unsigned)s.rank), first = (int)fz_pick(&g->r, (unsigned)s.rank);
+  int n = 1 + (int)fz_pick(g->r, (unsigned)s.rank), first = (int)fz_pick(g->r, (unsigned)s.rank);
   for (int i = 0; i < n; i++) {
     int a = (first + i) % s.rank;
     axes[i] = m == 2 ? a - s.rank : a;
@@ -412,12 +438,25 @@ static graft_value *op_trace_fail(gen *g);
 static graft_value *op_inspect(gen *g);
 static graft_value *op_optimize(gen *g);
 static graft_value *op_clip(gen *g);
+static graft_value *op_cond(gen *g);
+static graft_value *op_while(gen *g);
+static graft_value *op_scan(gen *g);
+static graft_value *op_remat(gen *g);
 
 static graft_variable *rd_var(gen *g) {
-  unsigned i = fz_pick(&g->r, (unsigned)g->p->n_vars + 1);
+  unsigned i = fz_pick(g->r, (unsigned)g->p->n_vars + 1);
   graft_variable *v = i < (unsigned)g->p->n_vars ? g->p->vars[i] : NULL;
   if (g->p->verbose) note(g->args, v ? " var%u" : " NULL-var", i);
   return v;
+}
+
+static graft_value *op_read(gen *g) {
+  graft_variable *var = rd_var(g);
+  if (!var && g->depth && (g->p->avoid & FZ_AVOID_READ)) {
+    g->ran = 0;
+    return NULL;
+  }
+  return graft_read(g->t, var);
 }
 
 static graft_value *op_leaf(gen *g, int op) {
@@ -428,13 +467,13 @@ static graft_value *op_leaf(gen *g, int op) {
   note_dims(g, "shape", s.rank, s.d);
   if (op == FZ_OP_FILL) return graft_fill(g->t, dt, s.rank, s.d, rd_double(g));
   /* 16-byte steps keep f64 data aligned. */
-  const unsigned char *data = (const unsigned char *)g->p->blob + 16u * fz_u8(&g->r);
+  const unsigned char *data = (const unsigned char *)g->p->blob + 16u * fz_u8(g->r);
   return graft_constant(g->t, dt, s.rank, s.d, data);
 }
 
 static graft_value *op_polygamma(gen *g) {
   static const int orders[] = {1, 0, 2, 3, 4, 170, 171, -1, INT_MIN, INT_MAX};
-  int n = orders[fz_pick(&g->r, COUNT(orders))];
+  int n = orders[fz_pick(g->r, COUNT(orders))];
   return graft_polygamma(g->t, note_int(g, n), operand(g));
 }
 
@@ -442,11 +481,11 @@ static graft_value *op_transpose(gen *g) {
   graft_value *x = operand(g);
   fz_shape s;
   int perm[SHAPE_CAP];
-  unsigned m = fz_pick(&g->r, 3);
+  unsigned m = fz_pick(g->r, 3);
   if (m == 0 || !shape_of(g, x, &s)) return graft_transpose(g->t, x, NULL);
   for (int i = 0; i < s.rank; i++) perm[i] = m == 1 ? i : rd_raw_axis(g);
   for (int i = s.rank - 1; m == 1 && i > 0; i--) { /* a valid permutation */
-    int j = (int)fz_pick(&g->r, (unsigned)i + 1), tmp = perm[i];
+    int j = (int)fz_pick(g->r, (unsigned)i + 1), tmp = perm[i];
     perm[i] = perm[j];
     perm[j] = tmp;
   }
@@ -460,7 +499,7 @@ static graft_value *op_transpose(gen *g) {
 static graft_value *op_broadcast_sum(gen *g, int sum) {
   graft_value *x = operand(g);
   fz_shape s;
-  unsigned m = fz_pick(&g->r, 3);
+  unsigned m = fz_pick(g->r, 3);
   if (m == 2 || !shape_of(g, x, &s)) {
     rd_shape(g, x, &s);
   } else if (m == 0 && !sum) {
@@ -473,7 +512,7 @@ static graft_value *op_broadcast_sum(gen *g, int sum) {
     if (s.rank) memmove(s.d, s.d + 1, (size_t)--s.rank * sizeof *s.d);
   } else {
     for (int i = 0; i < s.rank; i++)
-      if (sum ? fz_u8(&g->r) & 1 : s.d[i] == 1) s.d[i] = sum ? 1 : rd_dim(g);
+      if (sum ? fz_u8(g->r) & 1 : s.d[i] == 1) s.d[i] = sum ? 1 : rd_dim(g);
   }
   note_dims(g, "shape", s.rank, s.d);
   return sum ? graft_sum_to_shape(g->t, x, s.rank, s.d) : graft_broadcast_to(g->t, x, s.rank, s.d);
@@ -484,8 +523,8 @@ static graft_value *op_one_hot(gen *g) {
   graft_value *labels = NULL;
   for (int i = g->n - 1; i >= 0 && !labels; i--)
     if (live(g, g->pool[i]) && graft_value_dtype(g->pool[i]) == GRAFT_I32) labels = g->pool[i];
-  if (fz_pick(&g->r, 4) == 3 || !labels) labels = operand(g);
-  unsigned k = fz_pick(&g->r, COUNT(depths));
+  if (fz_pick(g->r, 4) == 3 || !labels) labels = operand(g);
+  unsigned k = fz_pick(g->r, COUNT(depths));
   if ((g->p->avoid & FZ_AVOID_HUGE) && depths[k] > 5) k = 0;
   if ((g->p->avoid & FZ_AVOID_NEG) && depths[k] < 0) k = 0;
   note_dims(g, "depth", 1, &depths[k]);
@@ -501,7 +540,7 @@ static graft_value *op_softmax(gen *g, int log) {
 /* A conv2d / pool argument of at least lo: lo + b % 4, or past the edge
  * (b >= 250: lo - 1, -1, a dim of any class). */
 static int64_t rd_conv_arg(gen *g, int64_t lo) {
-  unsigned b = fz_u8(&g->r);
+  unsigned b = fz_u8(g->r);
   return b < 250 ? lo + (int64_t)(b % 4) : b == 250 ? lo - 1 : b == 251 ? -1 : rd_dim(g);
 }
 
@@ -519,18 +558,18 @@ static graft_value *op_conv(gen *g, int op) {
     pair[i][1] = rd_conv_arg(g, lo[i]);
     note_dims(g, "", 2, pair[i]);
   }
-  const unsigned null = fz_u8(&g->r);
+  const unsigned null = fz_u8(g->r);
   const int64_t *k = null & 8 ? NULL : pair[0], *s = null & 1 ? NULL : pair[1];
   const int64_t *pad = null & 2 ? NULL : pair[2], *dil = null & 4 ? NULL : pair[3];
   if (op == FZ_OP_MAX_POOL2D) return graft_max_pool2d(g->t, x, k, s, pad);
   if (op == FZ_OP_AVG_POOL2D) return graft_avg_pool2d(g->t, x, k, s, pad);
-  unsigned b = fz_u8(&g->r);
+  unsigned b = fz_u8(g->r);
   const int64_t groups = note_int(g, b < 250 ? 1 + (int)(b % 2) : (int)b - 252);
   graft_value *w;
   fz_shape sx;
-  if (fz_pick(&g->r, 4) < 3 && shape_of(g, x, &sx) && sx.rank == 4) {
+  if (fz_pick(g->r, 4) < 3 && shape_of(g, x, &sx) && sx.rank == 4) {
     const int64_t per = groups > 0 ? groups : 1;
-    const int64_t ws[4] = {per * (1 + fz_pick(&g->r, 3)), sx.d[1] >= 0 ? sx.d[1] / per : 1,
+    const int64_t ws[4] = {per * (1 + fz_pick(g->r, 3)), sx.d[1] >= 0 ? sx.d[1] / per : 1,
                            pair[0][0], pair[0][1]};
     note_dims(g, "w", 4, ws);
     w = push(g, graft_fill(g->t, graft_value_dtype(x), 4, ws, 0.25));
@@ -556,7 +595,7 @@ static graft_value *op_reduce(gen *g, int k) {
   int n = rd_axes(g, x, axes);
   if (g->p->verbose) note(g->args, " n_axes %d:", n);
   for (int i = 0; i < n; i++) note_int(g, axes[i]);
-  return reduce_fns[k](g->t, x, n, axes, note_int(g, (int)fz_pick(&g->r, 3)));
+  return reduce_fns[k](g->t, x, n, axes, note_int(g, (int)fz_pick(g->r, 3)));
 }
 
 /* The log line of an op: what it decoded, made, or why the trace failed. */
@@ -564,7 +603,8 @@ static void log_op(gen *g, int op, const graft_value *v, graft_status before) {
   if (!g->p->verbose) return;
   char b[16];
   graft_status now = graft_trace_status(g->t);
-  fprintf(stderr, "  %-15s(%s ) ->%s", fz_op_name(op), g->args, g->made[0] ? g->made : "");
+  fprintf(stderr, "%*s  %-15s(%s ) ->%s", 4 * g->depth, "", fz_op_name(op), g->args,
+          g->made[0] ? g->made : "");
   if (!g->made[0]) fprintf(stderr, " %s", g->ran ? name_of(g, v, b) : "(skipped)");
   if (now != before) fprintf(stderr, "  FAILED %s: %s", graft_status_name(now), graft_trace_errmsg(g->t));
   fputc('\n', stderr);
@@ -578,6 +618,7 @@ static void emit_op(gen *g, int op) {
   const int n_un = (int)COUNT(unary_fns), n_bin = (int)COUNT(binary_fns),
             n_red = (int)COUNT(reduce_fns);
   g->ran = 1;
+  g->top->n_ops++;
   if (op < n_un) {
     v = unary_fns[op](g->t, operand(g));
   } else if (op < n_un + n_bin) {
@@ -604,7 +645,7 @@ static void emit_op(gen *g, int op) {
     case FZ_OP_SOFTMAX: v = op_softmax(g, 0); break;
     case FZ_OP_LOG_SOFTMAX: v = op_softmax(g, 1); break;
     case FZ_OP_SOFTMAX_XENT: v = op_xent(g); break;
-    case FZ_OP_READ: v = graft_read(g->t, rd_var(g)); break;
+    case FZ_OP_READ: v = op_read(g); break;
     case FZ_OP_ASSIGN: case FZ_OP_ASSIGN_ADD: case FZ_OP_ASSIGN_SUB: v = op_assign(g, op); break;
     case FZ_OP_GRADIENTS: v = op_gradients(g); break;
     case FZ_OP_JVP: v = op_jvp(g); break;
@@ -617,12 +658,26 @@ static void emit_op(gen *g, int op) {
     case FZ_OP_OPTIMIZE: v = op_optimize(g); break;
     case FZ_OP_CLIP: v = op_clip(g); break;
     case FZ_OP_CONV2D: case FZ_OP_MAX_POOL2D: case FZ_OP_AVG_POOL2D: v = op_conv(g, op); break;
+    case FZ_OP_COND: v = op_cond(g); break;
+    case FZ_OP_WHILE_LOOP: v = op_while(g); break;
+    case FZ_OP_SCAN: v = op_scan(g); break;
+    case FZ_OP_REMAT: v = op_remat(g); break;
     default: fz_die("decoder: opcode %d has no case", op);
     }
   }
   mark(g, op, v);
   push(g, v);
   log_op(g, op, v, before);
+}
+
+/* Ops until 255, the end of the input, max of them or the trace's total. */
+static void emit_ops(gen *g, int max) {
+  for (int k = 0; k < max && g->top->n_ops < FZ_TOTAL_OPS; k++) {
+    if (fz_eof(g->r)) break;
+    unsigned b = fz_u8(g->r);
+    if (b == 255) break;
+    emit_op(g, (int)(b % FZ_OP_COUNT));
+  }
 }
 
 /* matmul: (a, a, TRANS_B) (0), (a, a, TRANS_A) (1), a pool value whose
@@ -646,17 +701,17 @@ static int ok_matmul(gen *g, const void *ctx, graft_value *v) {
 
 static graft_value *op_matmul(gen *g) {
   graft_value *a = operand(g);
-  switch (fz_pick(&g->r, 4)) {
+  switch (fz_pick(g->r, 4)) {
   case 0: return graft_matmul(g->t, a, a, GRAFT_TRANS_B);
   case 1: return graft_matmul(g->t, a, a, GRAFT_TRANS_A);
   case 2: {
-    mm_ctx c = {a, fz_pick(&g->r, 4)};
+    mm_ctx c = {a, fz_pick(g->r, 4)};
     graft_value *b = live(g, a) ? find(g, ok_matmul, &c) : NULL;
     return b ? graft_matmul(g->t, a, b, c.flags) : graft_matmul(g->t, a, a, GRAFT_TRANS_B);
   }
   default: {
     graft_value *b = operand(g);
-    return graft_matmul(g->t, a, b, (unsigned)note_int(g, (int)fz_u8(&g->r)));
+    return graft_matmul(g->t, a, b, (unsigned)note_int(g, (int)fz_u8(g->r)));
   }
   }
 }
@@ -667,7 +722,7 @@ static graft_value *op_matmul(gen *g) {
 static graft_value *op_reshape(gen *g) {
   graft_value *x = operand(g);
   fz_shape s, o;
-  unsigned m = fz_pick(&g->r, 5);
+  unsigned m = fz_pick(g->r, 5);
   if (m == 0 || (m < 4 && !shape_of(g, x, &s))) {
     int64_t flat = -1;
     return graft_reshape(g->t, x, 1, &flat);
@@ -680,18 +735,18 @@ static graft_value *op_reshape(gen *g) {
   case 2: {
     o = s;
     if (o.rank < GRAFT_MAX_RANK) {
-      int at = (int)fz_pick(&g->r, (unsigned)o.rank + 1);
+      int at = (int)fz_pick(g->r, (unsigned)o.rank + 1);
       memmove(o.d + at + 1, o.d + at, (size_t)(o.rank - at) * sizeof *o.d);
       o.d[at] = 1;
       o.rank++;
     }
-    if (o.rank) o.d[fz_pick(&g->r, (unsigned)o.rank)] = -1;
+    if (o.rank) o.d[fz_pick(g->r, (unsigned)o.rank)] = -1;
     break;
   }
   case 3: {
     o = s;
     if (o.rank >= 2) {
-      int at = (int)fz_pick(&g->r, (unsigned)o.rank - 1);
+      int at = (int)fz_pick(g->r, (unsigned)o.rank - 1);
       o.d[at] = -1;
       memmove(o.d + at + 1, o.d + at + 2, (size_t)(o.rank - at - 2) * sizeof *o.d);
       o.rank--;
@@ -700,7 +755,7 @@ static graft_value *op_reshape(gen *g) {
   }
   default:
     rd_shape(g, x, &o);
-    if (o.rank > 0 && o.rank <= SHAPE_CAP && fz_u8(&g->r) & 1) o.d[fz_pick(&g->r, (unsigned)o.rank)] = -1;
+    if (o.rank > 0 && o.rank <= SHAPE_CAP && fz_u8(g->r) & 1) o.d[fz_pick(g->r, (unsigned)o.rank)] = -1;
     break;
   }
   note_dims(g, "shape", o.rank, o.d);
@@ -715,7 +770,7 @@ static graft_value *op_slice_pad(gen *g, int pad) {
   graft_value *x = operand(g);
   fz_shape s;
   int64_t begin[SHAPE_CAP] = {0}, size[SHAPE_CAP] = {0};
-  unsigned m = fz_pick(&g->r, 2);
+  unsigned m = fz_pick(g->r, 2);
   int have = shape_of(g, x, &s);
   int rank = have ? s.rank : 0;
   for (int i = 0; i < rank; i++) {
@@ -725,20 +780,20 @@ static graft_value *op_slice_pad(gen *g, int pad) {
       size[i] = rd_dim(g);
     } else if (d < 0) {
       begin[i] = 0;
-      size[i] = !pad && (fz_u8(&g->r) & 1) ? -1 : d;
+      size[i] = !pad && (fz_u8(g->r) & 1) ? -1 : d;
     } else if (pad) {
-      begin[i] = fz_pick(&g->r, 3);
-      size[i] = d > INT64_MAX - 8 ? d : d + begin[i] + fz_pick(&g->r, 3);
+      begin[i] = fz_pick(g->r, 3);
+      size[i] = d > INT64_MAX - 8 ? d : d + begin[i] + fz_pick(g->r, 3);
     } else {
-      begin[i] = (int64_t)(fz_u8(&g->r) % ((uint64_t)d + 1));
-      unsigned b = fz_u8(&g->r);
+      begin[i] = (int64_t)(fz_u8(g->r) % ((uint64_t)d + 1));
+      unsigned b = fz_u8(g->r);
       size[i] = b == 0 ? -1 : (int64_t)(b % ((uint64_t)(d - begin[i]) + 1));
     }
   }
   note_dims(g, "begin", rank, begin);
   note_dims(g, pad ? "shape" : "size", rank, size);
   if (!pad) return graft_slice(g->t, x, begin, size);
-  if (m == 1 && fz_u8(&g->r) & 1) rank = fz_range(&g->r, -1, SHAPE_CAP - 2);
+  if (m == 1 && fz_u8(g->r) & 1) rank = fz_range(g->r, -1, SHAPE_CAP - 2);
   return graft_pad(g->t, x, begin, rank, size);
 }
 
@@ -764,20 +819,20 @@ static graft_value *op_concat(gen *g) {
   graft_value *xs[8];
   fz_shape s;
   xs[0] = operand(g);
-  if (fz_pick(&g->r, 2) == 1) {
-    int n = fz_range(&g->r, -1, 5), axis = rd_raw_axis(g);
+  if (fz_pick(g->r, 2) == 1) {
+    int n = fz_range(g->r, -1, 5), axis = rd_raw_axis(g);
     for (int i = 1; i < n; i++) xs[i] = operand(g);
     return graft_concat(g->t, note_int(g, n), xs, axis);
   }
   int rank = shape_of(g, xs[0], &s) ? s.rank : 0;
-  int n = 1 + (int)fz_pick(&g->r, 4);
-  int axis = rank ? (int)fz_pick(&g->r, (unsigned)rank) : 0;
+  int n = 1 + (int)fz_pick(g->r, 4);
+  int axis = rank ? (int)fz_pick(g->r, (unsigned)rank) : 0;
   cat_ctx c = {xs[0], axis};
   for (int i = 1; i < n; i++) {
     graft_value *v = live(g, xs[0]) ? find(g, ok_concat, &c) : NULL;
     xs[i] = v ? v : xs[0];
   }
-  return graft_concat(g->t, note_int(g, n), xs, note_int(g, fz_u8(&g->r) & 1 ? axis - rank : axis));
+  return graft_concat(g->t, note_int(g, n), xs, note_int(g, fz_u8(g->r) & 1 ? axis - rank : axis));
 }
 
 static int ok_logits(gen *g, const void *ctx, graft_value *v) {
@@ -802,13 +857,13 @@ static int ok_labels(gen *g, const void *ctx, graft_value *v) {
 static graft_value *op_xent(gen *g) {
   graft_value *logits = find(g, ok_logits, NULL), *labels = NULL;
   fz_shape s;
-  if (!logits || fz_pick(&g->r, 4) == 3) logits = operand(g);
+  if (!logits || fz_pick(g->r, 4) == 3) logits = operand(g);
   int have = shape_of(g, logits, &s) && s.rank == 2;
-  unsigned m = fz_pick(&g->r, 3);
+  unsigned m = fz_pick(g->r, 3);
   if (m == 0 && have && s.d[0] >= 0 && s.d[0] <= 64 && s.d[1] >= 0 && s.d[1] < 250) {
     int32_t lab[64];
     for (int64_t i = 0; i < s.d[0]; i++) {
-      int v = (int)fz_pick(&g->r, (unsigned)s.d[1] + 2);
+      int v = (int)fz_pick(g->r, (unsigned)s.d[1] + 2);
       lab[i] = v == s.d[1] + 1 ? -1 : v;
     }
     labels = graft_constant(g->t, GRAFT_I32, 1, s.d, lab);
@@ -817,7 +872,7 @@ static graft_value *op_xent(gen *g) {
   }
   if (!labels) labels = operand(g);
   graft_value *v = graft_softmax_cross_entropy(g->t, logits, labels);
-  if (live(g, v) && g->n_checked < FZ_EXTRA_OUT) g->checked[g->n_checked++] = v;
+  if (!g->depth && live(g, v) && g->n_checked < FZ_EXTRA_OUT) g->checked[g->n_checked++] = v;
   return v;
 }
 
@@ -839,7 +894,7 @@ static int ok_assign(gen *g, const void *ctx, graft_value *v) {
  * scalar times one (1: graft's fused update), any operand (2). */
 static graft_value *op_assign(gen *g, int op) {
   graft_variable *var = rd_var(g);
-  unsigned m = fz_pick(&g->r, 3);
+  unsigned m = fz_pick(g->r, 3);
   graft_value *x = NULL;
   if (m <= 1 && var) {
     const graft_tensor *val = graft_variable_value(var);
@@ -875,13 +930,13 @@ static int ok_exact(gen *g, const void *ctx, graft_value *v) {
  * (3); now and then one gradient too many (6) or no optimizer (7).  The
  * result is the first variable's read after the step. */
 static graft_value *op_optimize(gen *g) {
-  unsigned m = fz_pick(&g->r, 8);
+  unsigned m = fz_pick(g->r, 8);
   graft_module *opt = m == 7 ? NULL : g->p->opt;
   int n = g->p->n_opt + (m == 6);
   graft_value *gr[FZ_MAX_VARS + 1] = {NULL};
   for (int i = 0; i < n; i++) {
     graft_variable *var = i < g->p->n_opt ? g->p->opt_vars[i] : NULL;
-    unsigned c = fz_pick(&g->r, 4);
+    unsigned c = fz_pick(g->r, 4);
     if (c <= 1 && var) {
       const graft_tensor *val = graft_variable_value(var);
       var_ctx ctx = {graft_tensor_dtype(val), {graft_tensor_rank(val), {0}}};
@@ -902,11 +957,11 @@ static graft_value *op_optimize(gen *g) {
  * a max_norm from rd_double (<= 0, NaN: refused) and the norm asked for or
  * not. */
 static graft_value *op_clip(gen *g) {
-  int n = 1 + (int)fz_pick(&g->r, 3);
+  int n = 1 + (int)fz_pick(g->r, 3);
   graft_value *xs[3], *out[3] = {NULL}, *norm = NULL;
   for (int i = 0; i < n; i++) xs[i] = operand(g);
   double max_norm = rd_double(g);
-  int want_norm = fz_pick(&g->r, 2);
+  int want_norm = fz_pick(g->r, 2);
   graft_status st = graft_clip_by_global_norm(g->t, n, xs, max_norm, out, want_norm ? &norm : NULL);
   graft_value *given[3], *got[3];
   int k = 0;
@@ -931,7 +986,7 @@ static graft_value *op_clip(gen *g) {
 /* ---- differentiation --------------------------------------------------- */
 
 static graft_unconnected rd_policy(gen *g) {
-  unsigned b = fz_u8(&g->r);
+  unsigned b = fz_u8(g->r);
   return b % 4 == 3 ? (graft_unconnected)(int)(b / 4) : (graft_unconnected)(b % 2);
 }
 
@@ -973,7 +1028,7 @@ static void push_all(gen *g, int n, graft_value *const *v) {
 /* A seed or tangent for v: ones like v (0), NULL (1), any operand (2), a
  * partner of v (3: right dtype, maybe the wrong shape). */
 static graft_value *rd_direction(gen *g, graft_value *v) {
-  switch (fz_pick(&g->r, 4)) {
+  switch (fz_pick(g->r, 4)) {
   case 0: return graft_ones_like(g->t, v);
   case 1: return NULL;
   case 2: return operand(g);
@@ -982,15 +1037,15 @@ static graft_value *rd_direction(gen *g, graft_value *v) {
 }
 
 static int ad_budget(gen *g) {
-  g->ran = g->n_ad++ < FZ_MAX_AD;
+  g->ran = g->top->n_ad++ < FZ_MAX_AD;
   return g->ran;
 }
 
 /* gradients: 1..3 ys, seeds NULL (0) or one per y (1), 1..4 xs. */
 static graft_value *op_gradients(gen *g) {
   graft_value *ys[3], *seeds[3], *xs[4], *grads[4];
-  int n_y = 1 + (int)fz_pick(&g->r, 3), n_x = 1 + (int)fz_pick(&g->r, 4);
-  int with_seeds = fz_pick(&g->r, 2);
+  int n_y = 1 + (int)fz_pick(g->r, 3), n_x = 1 + (int)fz_pick(g->r, 4);
+  int with_seeds = fz_pick(g->r, 2);
   for (int i = 0; i < n_y; i++) {
     ys[i] = operand(g);
     seeds[i] = with_seeds ? rd_direction(g, ys[i]) : NULL;
@@ -1008,8 +1063,8 @@ static graft_value *op_gradients(gen *g) {
  * a NULL array (2), 1..3 ys. */
 static graft_value *op_jvp(gen *g) {
   graft_value *xs[3], *tans[3], *ys[3], *jvps[3];
-  int n_x = 1 + (int)fz_pick(&g->r, 3), n_y = 1 + (int)fz_pick(&g->r, 3);
-  unsigned m = fz_pick(&g->r, 3);
+  int n_x = 1 + (int)fz_pick(g->r, 3), n_y = 1 + (int)fz_pick(g->r, 3);
+  unsigned m = fz_pick(g->r, 3);
   for (int i = 0; i < n_x; i++) {
     xs[i] = x_operand(g);
     tans[i] = m == 0 ? graft_ones_like(g->t, xs[i]) : m == 1 ? rd_direction(g, xs[i]) : NULL;
@@ -1028,8 +1083,8 @@ static graft_value *op_jvp(gen *g) {
 static graft_value *op_hvp(gen *g) {
   graft_value *xs[3], *vs[3], *out[3];
   graft_value *y = operand(g);
-  if (fz_pick(&g->r, 2) == 0) y = graft_reduce_sum(g->t, y, 0, NULL, 0);
-  int n_x = 1 + (int)fz_pick(&g->r, 3);
+  if (fz_pick(g->r, 2) == 0) y = graft_reduce_sum(g->t, y, 0, NULL, 0);
+  int n_x = 1 + (int)fz_pick(g->r, 3);
   for (int i = 0; i < n_x; i++) {
     xs[i] = x_operand(g);
     vs[i] = rd_direction(g, xs[i]);
@@ -1079,7 +1134,7 @@ static const graft_status odd_statuses[] = {GRAFT_EINVAL, GRAFT_ESHAPE, GRAFT_ED
  * which the target reserves for graft's own internal errors. */
 static graft_status rd_status(gen *g) {
   unsigned n = g->p->avoid & FZ_AVOID_STATUS ? 4 : COUNT(odd_statuses);
-  return odd_statuses[fz_pick(&g->r, n)];
+  return odd_statuses[fz_pick(g->r, n)];
 }
 
 static graft_status fz_vjp(graft_trace *t, int n_x, graft_value *const *xs, graft_value *y,
@@ -1089,12 +1144,16 @@ static graft_status fz_vjp(graft_trace *t, int n_x, graft_value *const *xs, graf
  * NULL). */
 static graft_value *op_custom(gen *g) {
   graft_value *xs[4];
-  unsigned m = fz_pick(&g->r, 8);
+  unsigned m = fz_pick(g->r, 8);
   int n_x = m == 7 ? -1 : (int)(m % 4);
   for (int i = 0; i < n_x; i++) xs[i] = x_operand(g);
   graft_value *y = operand(g);
   graft_vjp_fn fn = m == 6 ? NULL : fz_vjp;
-  graft_value *v = graft_custom_gradient(g->t, n_x, xs, y, fn, g);
+  gen *top = g->top;
+  custom_rec *rec = top->n_recs < FZ_TOTAL_OPS ? &top->recs[top->n_recs++] : NULL;
+  if (!rec) fz_die("decoder: more custom gradients than ops");
+  *rec = (custom_rec){top, g->t, g->depth};
+  graft_value *v = graft_custom_gradient(g->t, n_x, xs, y, fn, rec);
   fz_shape sv, sy;
   if (shape_of(g, v, &sv)) {
     if (!shape_of(g, y, &sy)) fz_die("graft_custom_gradient succeeded on a NULL, poison or dead y");
@@ -1109,11 +1168,15 @@ static graft_value *op_custom(gen *g) {
  * NULL (3), gy as it is (4: the wrong shape unless y is shaped like x),
  * the wrong dtype (5), any pool value (6), a dead handle (7), a call of
  * graft_gradients on its own region, forever (8), or a failure status for
- * the whole VJP (9). */
+ * the whole VJP (9).  The choices come from the gen decoding when graft
+ * calls it (the region may be in a body whose gen ended: its backward,
+ * built later, replays the body, with the VJP, into a trace of its own). */
 static graft_status fz_vjp(graft_trace *t, int n_x, graft_value *const *xs, graft_value *y,
                            graft_value *gy, graft_value **gxs, void *user) {
-  gen *g = user;
-  if (t != g->t) fz_die("a VJP ran with another trace than the one it was recorded in");
+  const custom_rec *rec = user;
+  gen *g = rec->top->cur;
+  if (!rec->depth && t != rec->t)
+    fz_die("a VJP ran with another trace than the one it was recorded in");
   if (n_x < 0 || n_x > 3) fz_die("a VJP got n_x = %d for a region of 0..3 inputs", n_x);
   if (g->recurse) {
     graft_value *tmp[3] = {NULL, NULL, NULL};
@@ -1123,7 +1186,7 @@ static graft_status fz_vjp(graft_trace *t, int n_x, graft_value *const *xs, graf
   }
   graft_status ret = GRAFT_OK;
   for (int i = 0; i < n_x; i++) {
-    unsigned c = fz_pick(&g->r, 10);
+    unsigned c = fz_pick(g->r, 10);
     unsigned avoid = g->p->avoid;
     if ((c >= 4 && c <= 6 && (avoid & FZ_AVOID_VJP)) || (c == 7 && (avoid & FZ_AVOID_STALE)) ||
         (c == 8 && (avoid & FZ_AVOID_RECURSE)))
@@ -1145,7 +1208,7 @@ static graft_status fz_vjp(graft_trace *t, int n_x, graft_value *const *xs, graf
                           live(g, x) && graft_value_dtype(x) == GRAFT_F64 ? GRAFT_F32 : GRAFT_F64);
       break;
     case 6: gxs[i] = operand(g); break;
-    case 7: gxs[i] = stale(g, fz_u8(&g->r)); break;
+    case 7: gxs[i] = stale(g, fz_u8(g->r)); break;
     case 8: {
       g->recurse = 1;
       graft_value *tmp[3] = {NULL, NULL, NULL};
@@ -1185,32 +1248,402 @@ static graft_value *op_inspect(gen *g) {
   return NULL;
 }
 
+/* ---- control flow ------------------------------------------------------ */
+
+/* cond, while_loop, scan and remat.  Each body is a callback whose gen
+ * decodes, from the stream at the point where graft traces it: 0..2
+ * captures (values of the enclosing gen's pool, which the body then uses
+ * directly), its explicit inputs (the newest values), up to FZ_BODY_OPS
+ * ops (255 ends them; control flow nested deeper than FZ_MAX_DEPTH is
+ * skipped), its outputs, and a return choice (now and then a failure
+ * status).  An output that must agree with something (a carry with its
+ * init, the else branch with the then branch) is a value of the right
+ * dtype and shape where one fits (fit), else any operand, so mismatches
+ * reach the refusals.  The construct's outputs go into the pool, so later
+ * gradients, JVPs and HVPs differentiate through them. */
+
+enum { CTL_COND, CTL_WHILE, CTL_SCAN, CTL_REMAT };
+static const char *const ctl_names[] = {"cond", "while_loop", "scan", "remat"};
+
+/* What a construct's callbacks need: who called, the counts graft must
+ * pass (per body: 0 then / cond / the only body, 1 else / loop body), and
+ * what the bodies' outputs must fit; what the bodies' outputs were. */
+typedef struct body_ctx {
+  gen *parent;
+  int kind;
+  int n_in[2], n_out[2];
+  int tmpl[FZ_CTL_MAX];      /* cond: output i fits explicit input tmpl[i] (-1: none) */
+  int n_fit;                 /* scan: outputs 0..n_fit (the carries) fit inputs 0..n_fit */
+  int counted;               /* while: var 0 is the harness's i32 counter ... */
+  int limit;                 /* ... and the loop stops once it reaches limit */
+  int traced[2];             /* bodies traced (each must be, once at most) */
+  int ok[2][FZ_CTL_MAX];     /* output i of body k was live: got[k][i], dt[k][i] */
+  fz_shape got[2][FZ_CTL_MAX];
+  graft_dtype dt[2][FZ_CTL_MAX];
+} body_ctx;
+
+/* A control op runs only above the nesting limit. */
+static int ctl_allowed(gen *g) {
+  g->ran = g->depth < FZ_MAX_DEPTH;
+  return g->ran;
+}
+
+/* Under GRAFT_FUZZ_AVOID=empty, whether v has no elements (concrete dims). */
+static int avoid_empty(gen *g, const graft_value *v) {
+  fz_shape s;
+  return (g->p->avoid & FZ_AVOID_EMPTY) && shape_of(g, v, &s) && numel_of(&s) == 0;
+}
+
+/* A construct's explicit operands: none empty when avoided (else the op
+ * is skipped). */
+static int operands_ok(gen *g, int n, graft_value *const *v) {
+  for (int i = 0; i < n; i++)
+    if (avoid_empty(g, v[i])) g->ran = 0;
+  return g->ran;
+}
+
+/* An output that must be shaped like want (dtype and dims): a pool value
+ * that is (0..2), or when none is, ref (a value known to fit) or a fill
+ * of a concrete shape; any operand (3, and where nothing says what fits). */
+static graft_value *fit(gen *g, const var_ctx *want, graft_value *ref) {
+  unsigned m = fz_pick(g->r, 4);
+  if (m == 3 || !want) return operand(g);
+  graft_value *v = find(g, ok_exact, want);
+  if (v) return v;
+  if (ref) return ref;
+  if (symbolic(&want->s)) return operand(g);
+  return graft_fill(g->t, want->dt, want->s.rank, want->s.d, rd_double(g));
+}
+
+/* c of x's dtype (f32 when x is not live): a comparison's other side. */
+static graft_value *scalar_like(gen *g, const graft_value *x) {
+  return graft_scalar(g->t, live(g, x) ? graft_value_dtype(x) : GRAFT_F32, rd_double(g));
+}
+
+static int want_of(gen *g, const graft_value *v, var_ctx *w) {
+  if (!shape_of(g, v, &w->s)) return 0;
+  w->dt = graft_value_dtype(v);
+  return 1;
+}
+
+/* A while loop's predicate from the cond body's pool: sum(x) > c (0, 1),
+ * sum(x) itself (2), any operand (3: rank 0 or refused); with the
+ * counter, where(counter < limit, that, 0), so the loop ends by itself. */
+static graft_value *while_pred(gen *g, const body_ctx *c, graft_value *const *in) {
+  unsigned m = fz_pick(g->r, 4);
+  graft_value *x = operand(g), *pred = x;
+  if (m < 3) pred = graft_reduce_sum(g->t, x, 0, NULL, 0);
+  if (m < 2) pred = graft_greater(g->t, pred, scalar_like(g, x));
+  if (!c->counted) return pred;
+  graft_value *go = graft_less(g->t, in[0], graft_scalar(g->t, GRAFT_I32, c->limit));
+  return graft_where(g->t, go, pred, graft_zeros_like(g->t, pred));
+}
+
+/* Body k of c, traced by graft into t. */
+static graft_status run_body(body_ctx *c, int k, graft_trace *t, int n_in, graft_value *const *in,
+                             int n_out, graft_value **out) {
+  gen *pg = c->parent, *top = pg->top;
+  const char *api = ctl_names[c->kind];
+  if (top->cur != pg) fz_die("%s: a body traced while another body's gen decodes", api);
+  if (c->traced[k]++) fz_die("%s: body %d traced twice", api, k);
+  if (n_in != c->n_in[k] || n_out != c->n_out[k])
+    fz_die("%s: body %d called with %d inputs and %d outputs, expected %d and %d", api, k, n_in,
+           n_out, c->n_in[k], c->n_out[k]);
+  if (!t || t == pg->t) fz_die("%s: a body traced into the caller's trace", api);
+  gen *b = calloc(1, sizeof *b);
+  if (!b) fz_die("harness: out of memory");
+  b->t = t;
+  b->p = pg->p;
+  b->r = pg->r;
+  b->top = top;
+  b->depth = pg->depth + 1;
+  top->cur = b;
+  int n_cap = (int)fz_pick(b->r, 3);
+  for (int i = 0; i < n_cap; i++) push(b, operand(pg));
+  for (int i = 0; i < n_in; i++) push(b, in[i]);
+  if (b->p->verbose)
+    fprintf(stderr, "%*s  [%s body %d: %d captured, inputs%s ]\n", 4 * b->depth, "", api, k,
+            n_cap, b->made);
+  b->made[0] = 0;
+  emit_ops(b, FZ_BODY_OPS);
+  var_ctx w;
+  for (int i = 0; i < n_out; i++) {
+    switch (c->kind) {
+    case CTL_COND: {
+      /* fits an explicit input, or (else) what the then branch gave */
+      int ti = c->tmpl[i];
+      graft_value *ref = ti >= 0 ? in[ti] : NULL;
+      int have = ref ? want_of(b, ref, &w) : k == 1 && c->ok[0][i];
+      if (!ref && have) w = (var_ctx){c->dt[0][i], c->got[0][i]};
+      out[i] = fit(b, have ? &w : NULL, ref);
+      break;
+    }
+    case CTL_WHILE:
+      if (k == 0) out[i] = while_pred(b, c, in);
+      else if (c->counted && i == 0) out[i] = graft_add(t, in[0], graft_scalar(t, GRAFT_I32, 1));
+      else out[i] = fit(b, want_of(b, in[i], &w) ? &w : NULL, in[i]);
+      break;
+    case CTL_SCAN:
+      out[i] = i < c->n_fit ? fit(b, want_of(b, in[i], &w) ? &w : NULL, in[i]) : operand(b);
+      break;
+    default: out[i] = operand(b); break;
+    }
+    if (avoid_empty(b, out[i])) out[i] = graft_scalar(t, GRAFT_F32, 0.0);
+    if (i < FZ_CTL_MAX && (c->ok[k][i] = shape_of(b, out[i], &c->got[k][i])))
+      c->dt[k][i] = graft_value_dtype(out[i]);
+  }
+  graft_status ret = fz_u8(b->r) % 16 == 15 ? rd_status(b) : GRAFT_OK;
+  if (b->p->verbose)
+    fprintf(stderr, "%*s  [%s body %d: outputs%s -> %s ]\n", 4 * b->depth, "", api, k, b->args,
+            graft_status_name(graft_trace_status(t)));
+  top->cur = pg;
+  free(b);
+  return ret;
+}
+
+static graft_status body_first(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                               graft_value **out, void *user) {
+  return run_body(user, 0, t, n_in, in, n_out, out);
+}
+
+static graft_status body_second(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                graft_value **out, void *user) {
+  return run_body(user, 1, t, n_in, in, n_out, out);
+}
+
+/* What control.h promises of a call: it returns the trace's status; on
+ * failure every out is the poison value and, when this call failed the
+ * trace, the message names the construct; on success the outs are live,
+ * with want[i]'s dtype and rank, and its dims where both are concrete
+ * (want[i] NULL: unknown).  Then the outs join the pool. */
+static void check_ctl(gen *g, const body_ctx *c, graft_status before, graft_status st, int n,
+                      graft_value **outs, const var_ctx *const *want) {
+  const char *api = ctl_names[c->kind];
+  if (st != graft_trace_status(g->t))
+    fz_die("%s returned %s but the trace status is %s", api, graft_status_name(st),
+           graft_status_name(graft_trace_status(g->t)));
+  if (st != GRAFT_OK) {
+    for (int i = 0; i < n; i++)
+      if (!outs[i] || !graft_value_is_poison(outs[i]))
+        fz_die("%s failed (%s) but outs[%d] is not the poison value", api, graft_status_name(st),
+               i);
+    const char *msg = graft_trace_errmsg(g->t);
+    if (before == GRAFT_OK && !strstr(msg, api))
+      fz_die("%s failed (%s) with a message that does not name it: '%s'", api,
+             graft_status_name(st), msg);
+    return;
+  }
+  if (before != GRAFT_OK) fz_die("%s succeeded in a trace that had failed", api);
+  for (int k = 0; k < 2; k++)
+    if (c->traced[k] != (k == 0 || c->kind <= CTL_WHILE))
+      fz_die("%s succeeded but body %d was traced %d times", api, k, c->traced[k]);
+  for (int i = 0; i < n; i++) {
+    fz_shape s;
+    char a[256], b[256];
+    if (!shape_of(g, outs[i], &s)) fz_die("%s succeeded with a poison outs[%d]", api, i);
+    const var_ctx *w = want[i];
+    int bad = w && (graft_value_dtype(outs[i]) != w->dt || s.rank != w->s.rank);
+    for (int d = 0; w && !bad && d < s.rank; d++)
+      bad = s.d[d] >= 0 && w->s.d[d] >= 0 && s.d[d] != w->s.d[d];
+    if (bad)
+      fz_die("%s: outs[%d] is %s%s, expected %s%s", api, i,
+             graft_dtype_name(graft_value_dtype(outs[i])), dims_str(a, sizeof a, s.rank, s.d),
+             graft_dtype_name(w->dt), dims_str(b, sizeof b, w->s.rank, w->s.d));
+  }
+  push_all(g, n, outs);
+}
+
+/* Expected outputs: like the values v[0..n) (NULL where not live). */
+static void want_like(gen *g, int n, graft_value *const *v, var_ctx *w, const var_ctx **want) {
+  for (int i = 0; i < n; i++) want[i] = want_of(g, v[i], &w[i]) ? &w[i] : NULL;
+}
+
+/* Expected outputs: like what body k gave (offset by from). */
+static void want_body(const body_ctx *c, int k, int from, int n, var_ctx *w, const var_ctx **want) {
+  for (int i = 0; i < n; i++) {
+    int j = from + i;
+    want[i] = j < FZ_CTL_MAX && c->ok[k][j] ? &w[i] : NULL;
+    if (want[i]) w[i] = (var_ctx){c->dt[k][j], c->got[k][j]};
+  }
+}
+
+/* cond: pred sum(x) > c (mode 0..5), sum(x) (6) or x itself (7: any
+ * operand, refused unless rank 0); 1..3 ins, or 0; 1..3 outs, each fitting
+ * an explicit input (its choice) or, without ins, the then branch's.  Bad
+ * arguments: n_in -1 (5), n_out 0 (4), no else callback (3). */
+static graft_value *op_cond(gen *g) {
+  if (!ctl_allowed(g)) return NULL;
+  unsigned m = fz_pick(g->r, 8);
+  graft_value *x = operand(g), *pred = x, *ins[FZ_CTL_MAX] = {NULL}, *outs[FZ_CTL_MAX] = {NULL};
+  if (m < 7) pred = graft_reduce_sum(g->t, x, 0, NULL, 0);
+  if (m < 6) pred = graft_greater(g->t, pred, scalar_like(g, x));
+  int n_in = m == 5 ? -1 : (int)(fz_pick(g->r, 4) + 1) % 4;
+  int n_out = m == 4 ? 0 : 1 + (int)fz_pick(g->r, 3);
+  for (int i = 0; i < n_in; i++) ins[i] = operand(g);
+  body_ctx c = {.parent = g, .kind = CTL_COND, .n_in = {n_in, n_in}, .n_out = {n_out, n_out}};
+  for (int i = 0; i < n_out; i++)
+    c.tmpl[i] = n_in > 0 ? note_int(g, (int)fz_pick(g->r, (unsigned)n_in)) : -1;
+  if (!operands_ok(g, n_in, ins)) return NULL;
+  graft_status before = graft_trace_status(g->t);
+  graft_status st = graft_cond(g->t, pred, n_in, ins, body_first, m == 3 ? NULL : body_second, &c,
+                               n_out, outs);
+  var_ctx w[FZ_CTL_MAX];
+  const var_ctx *want[FZ_CTL_MAX];
+  want_body(&c, 0, 0, n_out, w, want);
+  check_ctl(g, &c, before, st, n_out, outs, want);
+  return NULL; /* pushed by check_ctl */
+}
+
+/* while_loop: 1..3 vars from the pool, after the harness's i32 counter
+ * (modes 0..3, 6) that the body steps and the cond compares with a limit
+ * 0..6, so a loop without max_iters (0 in the table; opts NULL in mode 6)
+ * ends too; without the counter (4, 5) the loop stops at max_iters (1..8)
+ * or where the data says.  Bad arguments: no vars (7), max_iters -1. */
+static graft_value *op_while(gen *g) {
+  static const int64_t max_iters[8] = {4, 1, 2, 3, 8, 5, 0, -1};
+  if (!ctl_allowed(g)) return NULL;
+  unsigned m = fz_pick(g->r, 8);
+  body_ctx c = {.parent = g, .kind = CTL_WHILE, .counted = m < 4 || m == 6};
+  graft_value *init[FZ_CTL_MAX] = {NULL}, *outs[FZ_CTL_MAX] = {NULL};
+  int n = 0, n_dec = m == 7 ? 0 : 1 + (int)fz_pick(g->r, 3);
+  if (c.counted) init[n++] = graft_scalar(g->t, GRAFT_I32, 0.0);
+  for (int i = 0; i < n_dec; i++) init[n++] = operand(g);
+  graft_while_opts o = {max_iters[fz_pick(g->r, 8)]};
+  if (!o.max_iters && !c.counted) o.max_iters = 4;
+  c.limit = note_int(g, (int)fz_pick(g->r, 7));
+  note_int(g, (int)o.max_iters);
+  c.n_in[0] = c.n_in[1] = c.n_out[1] = n;
+  c.n_out[0] = 1;
+  if (!operands_ok(g, n, init)) return NULL;
+  graft_status before = graft_trace_status(g->t);
+  graft_status st = graft_while_loop(g->t, body_first, body_second, &c, n, init, outs,
+                                     m == 6 ? NULL : &o);
+  var_ctx w[FZ_CTL_MAX];
+  const var_ctx *want[FZ_CTL_MAX];
+  want_like(g, n, init, w, want);
+  check_ctl(g, &c, before, st, n, outs, want);
+  return NULL; /* pushed by check_ctl */
+}
+
+/* A value a scan may run over: rank >= 1 and a leading length of 0..16,
+ * or a symbol whose other dims are concrete and nonzero (bounded by the
+ * data then); with lead, that leading length. */
+static int scannable(gen *g, const void *lead, graft_value *v) {
+  fz_shape s;
+  if (!shape_of(g, v, &s) || s.rank < 1) return 0;
+  if (lead) return s.d[0] == *(const int64_t *)lead;
+  if (s.d[0] >= 0) return s.d[0] <= 16;
+  for (int i = 1; i < s.rank; i++)
+    if (s.d[i] < 1) return 0;
+  return 1;
+}
+
+/* scan: 0..2 carries, 1..2 xs of one leading length (scannable: the
+ * first, or a fill [0..4] when the pool has none), 0..2 ys (one at least
+ * with no carry), reverse or not, checkpoint 0, 1, 2, 3, 5, 16.  Bad
+ * arguments: any operands as xs (7; skipped when one would scan past the
+ * bound), no xs (6), opts NULL (5: defaults), checkpoint -1. */
+static graft_value *op_scan(gen *g) {
+  static const int64_t checkpoints[8] = {0, 0, 1, 2, 3, 5, 16, -1};
+  if (!ctl_allowed(g)) return NULL;
+  unsigned m = fz_pick(g->r, 8);
+  int n_carry = (int)fz_pick(g->r, 3), n_xs = m == 6 ? 0 : 1 + (int)fz_pick(g->r, 2);
+  int n_ys = (int)fz_pick(g->r, 3);
+  if (n_carry + n_ys == 0) n_ys = 1;
+  graft_value *init[FZ_CTL_MAX] = {NULL}, *xs[FZ_CTL_MAX] = {NULL}, *outs[FZ_CTL_MAX] = {NULL};
+  for (int i = 0; i < n_carry; i++) init[i] = operand(g);
+  fz_shape s0 = {0, {0}};
+  for (int i = 0; i < n_xs; i++) {
+    if (m == 7) {
+      xs[i] = operand(g);
+      fz_shape s;
+      if (shape_of(g, xs[i], &s) && s.rank >= 1 && !scannable(g, NULL, xs[i])) {
+        g->ran = 0;
+        return NULL;
+      }
+      continue;
+    }
+    xs[i] = find(g, scannable, i ? (const void *)&s0.d[0] : NULL);
+    if (!xs[i] && i) xs[i] = xs[0];
+    if (!xs[i]) {
+      int64_t len = fz_pick(g->r, 5);
+      note_dims(g, "xs", 1, &len);
+      xs[i] = push(g, graft_fill(g->t, GRAFT_F32, 1, &len, rd_double(g)));
+    }
+    if (i == 0 && !shape_of(g, xs[0], &s0)) s0.d[0] = 0;
+  }
+  graft_scan_opts o = {.reverse = (int)fz_pick(g->r, 2)};
+  o.checkpoint = checkpoints[fz_pick(g->r, 8)];
+  note_int(g, o.reverse);
+  note_int(g, (int)o.checkpoint);
+  body_ctx c = {.parent = g, .kind = CTL_SCAN, .n_in = {n_carry + n_xs}, .n_out = {n_carry + n_ys},
+                .n_fit = n_carry};
+  if (!operands_ok(g, n_carry, init) || !operands_ok(g, n_xs, xs)) return NULL;
+  graft_status before = graft_trace_status(g->t);
+  graft_status st = graft_scan(g->t, body_first, &c, n_carry, init, n_xs, xs, n_ys, outs,
+                               m == 5 ? NULL : &o);
+  var_ctx w[FZ_CTL_MAX];
+  const var_ctx *want[FZ_CTL_MAX];
+  want_like(g, n_carry, init, w, want);
+  want_body(&c, 0, n_carry, n_ys, w + n_carry, want + n_carry);
+  for (int i = n_carry; i < n_carry + n_ys; i++) { /* y i stacked: [T, ...] */
+    var_ctx *y = &w[i];
+    if (!want[i] || y->s.rank >= GRAFT_MAX_RANK || !live(g, xs[0])) {
+      want[i] = NULL;
+      continue;
+    }
+    memmove(y->s.d + 1, y->s.d, (size_t)y->s.rank * sizeof *y->s.d);
+    y->s.d[0] = graft_value_shape(xs[0])[0];
+    y->s.rank++;
+  }
+  check_ctl(g, &c, before, st, n_carry + n_ys, outs, want);
+  return NULL; /* pushed by check_ctl */
+}
+
+/* remat: 0..3 ins, 1..3 outs (any operands of the body); bad: n_out 0 (7),
+ * n_in -1 (6). */
+static graft_value *op_remat(gen *g) {
+  if (!ctl_allowed(g)) return NULL;
+  unsigned m = fz_pick(g->r, 8);
+  int n_in = m == 6 ? -1 : (int)fz_pick(g->r, 4), n_out = m == 7 ? 0 : 1 + (int)fz_pick(g->r, 3);
+  graft_value *ins[FZ_CTL_MAX] = {NULL}, *outs[FZ_CTL_MAX] = {NULL};
+  for (int i = 0; i < n_in; i++) ins[i] = operand(g);
+  body_ctx c = {.parent = g, .kind = CTL_REMAT, .n_in = {n_in}, .n_out = {n_out}};
+  if (!operands_ok(g, n_in, ins)) return NULL;
+  graft_status before = graft_trace_status(g->t);
+  graft_status st = graft_remat(g->t, body_first, &c, n_in, ins, n_out, outs);
+  var_ctx w[FZ_CTL_MAX];
+  const var_ctx *want[FZ_CTL_MAX];
+  want_body(&c, 0, 0, n_out, w, want);
+  check_ctl(g, &c, before, st, n_out, outs, want);
+  return NULL; /* pushed by check_ctl */
+}
+
 /* ---- the callback ------------------------------------------------------- */
 
 graft_status fz_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                       graft_value **out, void *user) {
   fz_trace_prog *p = user;
-  gen g;
-  memset(&g, 0, sizeof g);
-  g.t = t;
-  g.p = p;
-  g.r = (fz_reader){p->data, p->size, p->body};
+  gen *g = calloc(1, sizeof *g); /* 8 KB: off the stack, which bodies nest on */
+  if (!g) fz_die("harness: out of memory");
+  g->t = t;
+  g->p = p;
+  g->top = g->cur = g;
+  g->rd = (fz_reader){p->data, p->size, p->body};
+  g->r = &g->rd;
   memset(p->emitted, 0, sizeof p->emitted);
   if (n_out != p->n_out + p->n_extra)
     fz_die("the callback got n_out = %d, the function has %d", n_out, p->n_out + p->n_extra);
-  for (int i = 0; i < n_in; i++) push(&g, in[i]);
-  if (p->verbose) fprintf(stderr, "  trace: inputs%s\n", g.made);
-  g.made[0] = 0;
+  for (int i = 0; i < n_in; i++) push(g, in[i]);
+  if (p->verbose) fprintf(stderr, "  trace: inputs%s\n", g->made);
+  g->made[0] = 0;
 
-  for (int k = 0; k < FZ_MAX_OPS; k++) {
-    if (fz_eof(&g.r)) break;
-    unsigned b = fz_u8(&g.r);
-    if (b == 255) break;
-    emit_op(&g, (int)(b % FZ_OP_COUNT));
-  }
-  for (int k = 0; k < p->n_out; k++) out[k] = operand(&g);
-  if (p->verbose) fprintf(stderr, "  outputs:%s\n", g.args);
+  emit_ops(g, FZ_MAX_OPS);
+  for (int k = 0; k < p->n_out; k++) out[k] = operand(g);
+  if (p->verbose) fprintf(stderr, "  outputs:%s\n", g->args);
   for (int k = 0; k < p->n_extra; k++)
-    out[p->n_out + k] = k < g.n_checked ? g.checked[k] : graft_scalar(t, GRAFT_F32, 0.0);
-  return fz_u8(&g.r) % 4 == 3 ? rd_status(&g) : GRAFT_OK;
+    out[p->n_out + k] = k < g->n_checked ? g->checked[k] : graft_scalar(t, GRAFT_F32, 0.0);
+  graft_status ret = fz_u8(g->r) % 4 == 3 ? rd_status(g) : GRAFT_OK;
+  free(g);
+  return ret;
 }

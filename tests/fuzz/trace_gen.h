@@ -1,6 +1,8 @@
 /* The trace program of the `trace` fuzz target: a trace callback that
- * decodes fuzz bytes into calls of every public op, gradient and variable
- * API (see trace_gen.c for the encoding), and the list of what it emits.
+ * decodes fuzz bytes into calls of every public op, gradient, variable and
+ * control-flow API (see trace_gen.c for the encoding; control flow's
+ * bodies are decoded from the same stream), and the list of what it
+ * emits.
  *
  * The same bytes always trace the same graph, so the two functions of one
  * fuzz input (one per scheduler) record identical graphs. */
@@ -23,6 +25,10 @@ enum {
   FZ_POOL = 64,       /* values an op may take as operands */
   FZ_MAX_OPS = 48,    /* ops per trace */
   FZ_MAX_AD = 3,      /* gradient/JVP/HVP/Jacobian calls per trace */
+  FZ_MAX_DEPTH = 3,   /* bodies nest this deep at most (control ops deeper are skipped) */
+  FZ_BODY_OPS = 6,    /* ops per body */
+  FZ_TOTAL_OPS = 96,  /* ops per trace, bodies included */
+  FZ_CTL_MAX = 4,     /* a construct's decoded inputs and outputs */
 };
 
 /* The op kinds the decoder emits; an opcode byte selects one (mod the
@@ -49,7 +55,7 @@ enum {
   X(ONE_HOT) X(SOFTMAX) X(LOG_SOFTMAX) X(SOFTMAX_XENT) X(READ) X(ASSIGN) X(ASSIGN_ADD)    \
   X(ASSIGN_SUB) X(GRADIENTS) X(JVP) X(HVP) X(JACOBIAN_FWD) X(JACOBIAN_REV)                \
   X(CUSTOM_GRADIENT) X(TRACE_FAIL) X(INSPECT) X(OPTIMIZE) X(CLIP) X(CONV2D) X(MAX_POOL2D)    \
-  X(AVG_POOL2D)
+  X(AVG_POOL2D) X(COND) X(WHILE_LOOP) X(SCAN) X(REMAT)
 
 typedef enum fz_op {
 #define FZ_OP_ENUM_FN_(e, fn) FZ_OP_##e,
@@ -78,6 +84,8 @@ enum {
   FZ_AVOID_TOPO = 1u << 7,    /* synthetic topologies with many objects */
   FZ_AVOID_API = 1u << 8,     /* misaligned tensor_wrap, runtime_describe into NULL */
   FZ_AVOID_ORPHAN = 1u << 9,  /* a call on a function whose runtime was destroyed */
+  FZ_AVOID_EMPTY = 1u << 10,  /* zero-element values in and out of control flow */
+  FZ_AVOID_READ = 1u << 11,   /* a read of a NULL variable in a body */
 };
 /* Parse a GRAFT_FUZZ_AVOID value; -1 (with a message on stderr) on an
  * unknown word. */

@@ -3,11 +3,12 @@
  * (`make fuzz-seeds`): one input per op kind on a small float or integer
  * environment, and programs that chain them (a training step with
  * gradients and an assign, gradients of gradients, an HVP, a JVP through a
- * custom gradient) under the runtime options and header flags the decoder
- * knows.  The encoding follows trace_target.c (header) and trace_gen.c (op
- * stream); replaying the corpus with --check verifies that every op kind
- * is emitted by some input whose call succeeds under both schedulers, so a
- * seed that drifted from the decoder shows. */
+ * custom gradient; cond, while_loop, scan and remat with gradients and
+ * JVPs through them, nested, with captures) under the runtime options and
+ * header flags the decoder knows.  The encoding follows trace_target.c
+ * (header) and trace_gen.c (op stream); replaying the corpus with --check
+ * verifies that every op kind is emitted by some input whose call succeeds
+ * under both schedulers, so a seed that drifted from the decoder shows. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -178,6 +179,86 @@ static const uint8_t prog_cnn[] = {
     FZ_OP_HVP, 0, 0, 0, 0, 0,
     255, 0, 0};
 
+/* Control flow (trace_gen.c's op_cond, op_while, op_scan, op_remat and
+ * run_body: a body is its capture count, captures, ops up to 255, its
+ * outputs and a return choice), on env_ctl, with gradients and JVPs
+ * through the constructs.  THRESH picks cond's side: sum(a) > 1e30 never
+ * holds, > -1e30 always does. */
+static const env env_ctl = {.n_in = 2, .n_vars = 1, .n_out = 3,
+                            .in = {{1, 2, {2, 3}, 0, {0}, 0}, {1, 1, {3}, 0, {0}, 0}},
+                            .var = {{1, 2, {2, 3}, 0, {0}, 0}}};
+#define COND_PIECEWISE(thresh)                                                            \
+  FZ_OP_COND, 0, 1, thresh, 0, 0, 1, 0, /* sum(a) > thresh; ins (a), 1 out fitting a */  \
+      0, FZ_OP_SIN, 0, FZ_OP_MUL, 0, 0, 1, 255, 0, 0, 0, /* then: sin(a) * a */          \
+      0, FZ_OP_EXP, 0, 255, 0, 0, 0,                     /* else: exp(a) */              \
+      FZ_OP_GRADIENTS, 0, 0, 0, 0, 0, 0,                 /* d sum(y) / da */             \
+      FZ_OP_JVP, 0, 0, 0, 0, 1, 0,                       /* along ones, of y */          \
+      255, 2, 1, 0, 0                                    /* outputs y, grad, jvp */
+static const uint8_t prog_cond_then[] = {COND_PIECEWISE(9)};
+static const uint8_t prog_cond_else[] = {COND_PIECEWISE(8)};
+static const uint8_t prog_cond_data[] = {COND_PIECEWISE(1)}; /* sum(a) > 0 */
+/* The branches disagree: then gives a [2,3], else sum(a) (any operand). */
+static const uint8_t prog_cond_mismatch[] = {
+    FZ_OP_COND, 0, 1, 1, 0, 0, 1, 0,
+    0, 255, 0, 0, 0,
+    0, FZ_OP_REDUCE_SUM, 0, 0, 0, 255, 3, 0, 0,
+    255, 0, 0, 0, 0};
+/* A counted while loop over b: while (i < 3 && sum(b) > 0) b = b + sin(b),
+ * max_iters 4 (or 0: unbounded), then d b' / d b (reverse) and its JVP. */
+#define WHILE_PROG(iters)                                                                     \
+  FZ_OP_WHILE_LOOP, 0, 0, 0, iters, 3, /* counter + (b); max_iters table[iters]; limit 3 */   \
+      0, 255, 0, 0, 1, 0,              /* cond: sum(b) > 0 */                                \
+      0, FZ_OP_SIN, 0, FZ_OP_ADD, 0, 0, 1, 255, 0, 0, 0, /* body: b + sin(b) */             \
+      FZ_OP_GRADIENTS, 0, 0, 0, 0, 1, 0,  /* of the loop's b, seeds none, wrt b */          \
+      FZ_OP_JVP, 0, 0, 0, 1, 1, 0,        /* along ones at b, of the loop's b */            \
+      255, 2, 1, 0, 0
+static const uint8_t prog_while[] = {WHILE_PROG(0)};
+static const uint8_t prog_while_unbounded[] = {WHILE_PROG(6)}; /* reverse mode refused */
+/* Forward mode through an unbounded loop: the JVP alone. */
+static const uint8_t prog_while_jvp[] = {
+    FZ_OP_WHILE_LOOP, 0, 0, 0, 6, 3,
+    0, 255, 0, 0, 1, 0,
+    0, FZ_OP_SIN, 0, FZ_OP_ADD, 0, 0, 1, 255, 0, 0, 0,
+    FZ_OP_JVP, 0, 0, 0, 1, 0, 0,
+    255, 1, 0, 2, 0};
+/* An RNN cell over a's rows: h = tanh(h + x_t), carry b, ys the hs; then
+ * gradients wrt a and b.  CKPT indexes the checkpoint table, REV
+ * reverses. */
+#define SCAN_PROG(rev, ckpt)                                                                    \
+  FZ_OP_SCAN, 0, 1, 0, 1, 0, 1, rev, ckpt, /* 1 carry (b), xs (a), 1 y */                       \
+      0, FZ_OP_ADD, 0, 0, 1, FZ_OP_TANH, 0, 255, 0, 0, 0, 0, /* h' = tanh(x + h); y = h' */   \
+      FZ_OP_GRADIENTS, 0, 1, 0, 0, 0, 1, 0,                  /* d sum(ys) / (a, b) */         \
+      255, 2, 1, 0, 0
+static const uint8_t prog_scan[] = {SCAN_PROG(0, 0)};
+static const uint8_t prog_scan_reverse_ckpt[] = {SCAN_PROG(1, 3)}; /* checkpoint 2 */
+/* The HVP of sum(ys) of the RNN at a. */
+static const uint8_t prog_scan_hvp[] = {
+    FZ_OP_SCAN, 0, 1, 0, 1, 0, 1, 0, 0,
+    0, FZ_OP_ADD, 0, 0, 1, FZ_OP_TANH, 0, 255, 0, 0, 0, 0,
+    FZ_OP_HVP, 0, 0, 0, 0, 0,
+    255, 0, 1, 2, 0};
+/* remat of sin(a)^2 + a, gradient wrt a, and the JVP. */
+static const uint8_t prog_remat[] = {
+    FZ_OP_REMAT, 0, 1, 0, 1,                  /* ins (a), 1 out */
+    0, FZ_OP_SIN, 0, FZ_OP_MUL, 0, 0, 0, FZ_OP_ADD, 0, 0, 2, 255, 0, 0,
+    FZ_OP_GRADIENTS, 0, 0, 0, 0, 0, 0,
+    FZ_OP_JVP, 0, 0, 0, 0, 1, 0,
+    255, 2, 1, 0, 0};
+/* Nesting and closures: a scan over a whose body holds a cond on the
+ * slice (taking b, captured from the function's trace) inside a remat,
+ * then gradients wrt a and b. */
+static const uint8_t prog_nested[] = {
+    FZ_OP_SCAN, 0, 0, 0, 0, 1, 0, 0,          /* no carry, xs (a), 1 y */
+    1, 0,                                     /* scan body: captures b */
+    FZ_OP_REMAT, 0, 2, 0, 0, 1,               /* remat (x_t, b), 1 out */
+    0, FZ_OP_COND, 0, 0, 1, 0, 0, 0, 0,       /* cond sum(b) > 0 on (b) */
+    1, 1, FZ_OP_MUL, 0, 0, 1, 255, 0, 0, 0,   /* then: b * x_t (captured) */
+    0, FZ_OP_NEG, 0, 255, 0, 0, 0,            /* else: -b */
+    255, 0, 0,                                /* remat out: the cond's */
+    255, 0, 0,                                /* scan y */
+    FZ_OP_GRADIENTS, 0, 1, 0, 0, 0, 1, 0,
+    255, 2, 1, 0, 0};
+
 static int emit(const char *dir, const char *name, const env *e, const uint8_t *body, size_t n) {
   seed s = {{0}, 0};
   put_env(&s, e);
@@ -251,6 +332,26 @@ static int emit_programs(const char *dir) {
   rc |= emit(dir, "grad-of-grad", &e, prog_grad_grad, sizeof prog_grad_grad);
   rc |= emit(dir, "hvp", &e, prog_hvp, sizeof prog_hvp);
   rc |= emit(dir, "custom-gradient", &e, prog_custom, sizeof prog_custom);
+
+  static const struct {
+    const char *name;
+    const uint8_t *prog;
+    size_t n;
+  } ctl[] = {
+#define CTL_(name, prog) {name, prog, sizeof prog}
+      CTL_("cond-then", prog_cond_then),       CTL_("cond-else", prog_cond_else),
+      CTL_("cond-data", prog_cond_data),       CTL_("cond-mismatch", prog_cond_mismatch),
+      CTL_("while", prog_while),               CTL_("while-unbounded", prog_while_unbounded),
+      CTL_("while-jvp", prog_while_jvp),       CTL_("scan", prog_scan),
+      CTL_("scan-reverse-ckpt", prog_scan_reverse_ckpt), CTL_("scan-hvp", prog_scan_hvp),
+      CTL_("remat", prog_remat),               CTL_("nested", prog_nested),
+#undef CTL_
+  };
+  for (size_t i = 0; i < COUNT(ctl); i++) {
+    char name[64];
+    snprintf(name, sizeof name, "ctl-%s", ctl[i].name);
+    rc |= emit(dir, name, &env_ctl, ctl[i].prog, ctl[i].n);
+  }
 
   static const struct {
     const char *name;
