@@ -483,10 +483,6 @@ static inline void op_conv(gen *g) {
     s = shape_of(x.v);
   }
   x = tame(g, x, 1e3);
-  /* (Known bug, reported: conv2d and the pools refuse a value of a trace
-   * around the body instead of capturing it, graph/conv.c operand().
-   * Negated twice, x is the body's own.) */
-  if (g->depth > 0) x.v = graft_neg(g->t, graft_neg(g->t, x.v));
   const int64_t N = s.d[0], C = s.d[1], H = s.d[2], W = s.d[3];
   if (N * C * H * W == 0) return;
   int64_t k[2], st[2], pad[2], dil[2] = {1, 1}, out = N;
@@ -994,9 +990,6 @@ static inline void op_scan(gen *g) {
   }
   c.n_out = n_ys;
   graft_scan_opts o = {.reverse = chance(g, 30), .checkpoint = chance(g, 30) ? tu_int(&g->r, 2, 3) : 0};
-  /* (Known bug, reported: second-order reverse mode through a scan with a
-   * checkpoint interval fails, "scan: body: output k is unset".) */
-  if (c.second) o.checkpoint = 0;
   if (g->failed) return;
   if (graft_scan(t, scan_body, &c, n_carry, init, n_xs, xs, n_ys, out, &o)) {
     g->failed = 1;
