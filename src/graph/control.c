@@ -222,12 +222,6 @@ static graft_status out_shape(graft_trace *t, const graft__ctl *c, const uint32_
   return GRAFT_OK;
 }
 
-static const char *shape_text(char *buf, size_t len, const graft__shape *s) {
-  char dims[160];
-  graft__shape_str(dims, sizeof dims, s->rank, s->dims);
-  snprintf(buf, len, "%s%s", graft_dtype_name(s->dtype), dims);
-  return buf;
-}
 
 /* Refuse a differs from b (both known) naming output i and the parties. */
 static graft_status agree(graft_trace *t, const graft__ctl *c, int i, const graft__shape *a,
@@ -240,7 +234,7 @@ static graft_status agree(graft_trace *t, const graft__ctl *c, int i, const graf
   char x[200], y[200];
   return graft_trace_fail(t, a->dtype != b->dtype ? GRAFT_EDTYPE : GRAFT_ESHAPE,
                           "%s: output %d is %s %s but %s %s (they must agree in dtype and shape)",
-                          c->name, i, shape_text(x, sizeof x, a), a_is, shape_text(y, sizeof y, b),
+                          c->name, i, graft__shape_text(x, sizeof x, a), a_is, graft__shape_text(y, sizeof y, b),
                           b_is);
 }
 
@@ -393,7 +387,7 @@ static graft_status scalar_arg(graft_trace *t, const char *what, const char *arg
   if (s->rank == 0) return GRAFT_OK;
   char x[200];
   return graft_trace_fail(t, GRAFT_ESHAPE, "%s: %s is %s; it must be a scalar (rank 0)", what, arg,
-                          shape_text(x, sizeof x, s));
+                          graft__shape_text(x, sizeof x, s));
 }
 
 static graft_status cond_impl(graft_trace *t, graft_value *pred, int n_in, graft_value *const *ins,
@@ -520,12 +514,12 @@ static graft_status scan_impl(graft_trace *t, graft_trace_fn body_fn, void *user
     char a[200], b0[200];
     if (x[i].rank < 1)
       st = graft_trace_fail(t, GRAFT_ESHAPE, "%s: xs[%d] is %s; an x needs a leading axis to scan",
-                            what, i, shape_text(a, sizeof a, &x[i]));
+                            what, i, graft__shape_text(a, sizeof a, &x[i]));
     else if (x[i].dims[0] != x[0].dims[0] && !GRAFT_DIM_IS_SYM(x[i].dims[0]) &&
              !GRAFT_DIM_IS_SYM(x[0].dims[0]))
       st = graft_trace_fail(t, GRAFT_ESHAPE,
                             "%s: xs[%d] is %s but xs[0] is %s (every x needs the same leading length)",
-                            what, i, shape_text(a, sizeof a, &x[i]), shape_text(b0, sizeof b0, &x[0]));
+                            what, i, graft__shape_text(a, sizeof a, &x[i]), graft__shape_text(b0, sizeof b0, &x[0]));
   }
   if (!st && len && e.sh[0].dtype != GRAFT_I32)
     st = graft_trace_fail(t, GRAFT_EDTYPE, "%s: len must be i32", what);
@@ -571,7 +565,7 @@ static graft_status scan_impl(graft_trace *t, graft_trace_fn body_fn, void *user
     if (y->rank == GRAFT_MAX_RANK) {
       char a[200];
       st = graft_trace_fail(t, GRAFT_ESHAPE, "%s: y %d is %s; stacked it would exceed rank %d",
-                            what, i, shape_text(a, sizeof a, y), GRAFT_MAX_RANK);
+                            what, i, graft__shape_text(a, sizeof a, y), GRAFT_MAX_RANK);
       break;
     }
     memmove(y->dims + 1, y->dims, (size_t)y->rank * sizeof *y->dims);

@@ -247,6 +247,8 @@ graft_status graft__shape_unify(graft__shape_ctx *c, int rank, const int64_t *sy
                                 const int64_t *conc);
 /* The shape of node n as a graft__shape (trace-time dims). */
 void graft__node_shape(const graft__node *n, graft__shape *out);
+/* "f32[3,4]" into buf (len bytes), for messages; returns buf. */
+const char *graft__shape_text(char *buf, size_t len, const graft__shape *s);
 
 /* The variables a side-effect node writes (ASSIGN: its one; UPDATE: the
  * weight, then its slots) in *vars; returns their count. */

@@ -591,6 +591,8 @@ static graft_value *no_write_in_body(graft_trace *t, int op, const graft_variabl
 GRAFT_API graft_value *graft_read(graft_trace *t, graft_variable *v) {
   if (!t) return NULL;
   if (t->cap && !t->status) { /* read by the trace around, captured here */
+    graft_value *early = var_check(t, GRAFT__OP_VAR_READ, v); /* fails in the body: named */
+    if (early) return early;
     graft_value *outer = graft_read(t->cap->parent, v);
     if (t->cap->parent->status) {
       graft__trace_failf(t, t->cap->parent->status, "%s", t->cap->parent->msg);

@@ -700,6 +700,13 @@ graft_status graft__shape_update(graft__shape_ctx *c, const graft__node *n,
   return GRAFT_OK;
 }
 
+const char *graft__shape_text(char *buf, size_t len, const graft__shape *s) {
+  char dims[160];
+  graft__shape_str(dims, sizeof dims, s->rank, s->dims);
+  snprintf(buf, len, "%s%s", graft_dtype_name(s->dtype), dims);
+  return buf;
+}
+
 graft_status graft__shape_infer(graft__shape_ctx *c, const graft__node *n,
                                 const graft__shape *in, graft__shape *out) {
   c->msg[0] = '\0';

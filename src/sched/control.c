@@ -94,7 +94,7 @@ static void place_bodies(graft__plan *q, unsigned char *base) {
   for (uint32_t id = 0; q->ctl && id < q->g->n_nodes; id++) {
     graft__ctl_exec *e = q->ctl[id];
     if (!e || !q->live[id]) continue;
-    e->pong = pong_bytes(e) ? base : NULL;
+    e->pong = base; /* (never NULL, even when empty: offsets are added to it) */
     unsigned char *at = base + pong_bytes(e);
     for (int k = 0; k < 2; k++) {
       graft__plan *b = e->sub[k];
@@ -129,12 +129,6 @@ static graft_status failf(graft__shape_ctx *sc, graft_status st, const char *fmt
   return st;
 }
 
-static const char *text(char *buf, size_t len, const graft__shape *s) {
-  char dims[160];
-  graft__shape_str(dims, sizeof dims, s->rank, s->dims);
-  snprintf(buf, len, "%s%s", graft_dtype_name(s->dtype), dims);
-  return buf;
-}
 
 static int same(const graft__shape *a, const graft__shape *b) {
   return a->dtype == b->dtype && a->rank == b->rank &&
@@ -231,7 +225,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
       sub_out(e->sub[1], i, &f);
       if (!same(&t, &f))
         return failf(sc, GRAFT_ESHAPE, "output %d is %s in the then branch but %s in the else "
-                     "branch for these inputs", i, text(a, sizeof a, &t), text(b, sizeof b, &f));
+                     "branch for these inputs", i, graft__shape_text(a, sizeof a, &t), graft__shape_text(b, sizeof b, &f));
       e->osh[i] = t;
     }
     break;
@@ -240,12 +234,12 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
     sub_out(e->sub[0], 0, &pr);
     if (pr.rank != 0)
       return failf(sc, GRAFT_ESHAPE, "the cond callback's output is %s (expected a scalar)",
-                   text(a, sizeof a, &pr));
+                   graft__shape_text(a, sizeof a, &pr));
     for (int i = 0; i < c->n_carry; i++) {
       sub_out(e->sub[1], i, &e->osh[i]);
       if (!same(&e->osh[i], &in[i]))
         return failf(sc, GRAFT_ESHAPE, "var %d is %s from the body but %s in init for these "
-                     "inputs", i, text(a, sizeof a, &e->osh[i]), text(b, sizeof b, &in[i]));
+                     "inputs", i, graft__shape_text(a, sizeof a, &e->osh[i]), graft__shape_text(b, sizeof b, &in[i]));
     }
     for (int i = 0; c->save && i < 2 * c->n_carry; i++) { /* before and after */
       graft__shape *s = &e->osh[c->n_out + i];
@@ -263,8 +257,8 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
       const graft__shape *x = &in[x0 + i];
       if (x->dims[0] != e->steps)
         return failf(sc, GRAFT_ESHAPE, "xs[%d] is %s but xs[0] is %s for these inputs (every x "
-                     "needs the same leading length)", i, text(a, sizeof a, x),
-                     text(b, sizeof b, &in[x0]));
+                     "needs the same leading length)", i, graft__shape_text(a, sizeof a, x),
+                     graft__shape_text(b, sizeof b, &in[x0]));
       graft__size_check(x->rank - 1, x->dims + 1, x->dtype, NULL, &e->x_bytes[i], a, sizeof a);
     }
     for (int i = 0; i < c->n_out; i++) {
@@ -273,7 +267,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
       if (i < c->n_carry) {
         if (!same(s, &in[c->has_len + i]))
           return failf(sc, GRAFT_ESHAPE, "carry %d is %s from the body but %s in init for these "
-                       "inputs", i, text(a, sizeof a, s), text(b, sizeof b, &in[c->has_len + i]));
+                       "inputs", i, graft__shape_text(a, sizeof a, s), graft__shape_text(b, sizeof b, &in[c->has_len + i]));
         continue;
       }
       memmove(s->dims + 1, s->dims, (size_t)s->rank * sizeof *s->dims);
@@ -459,6 +453,11 @@ static int truth(const graft__tview *v) {
   }
 }
 
+/* p + off, where p may be NULL when empty (a caller's empty tensor). */
+static const void *at(const void *p, int64_t off) {
+  return p ? (const unsigned char *)p + off : p;
+}
+
 /* (zero bytes: the pointers of empty values may be NULL) */
 static void copy(void *to, const void *from, int64_t bytes) {
   if (to != from && bytes) memcpy(to, from, (size_t)bytes);
@@ -558,7 +557,7 @@ static graft_status run_scan(const graft__ctl_exec *e, const graft__kargs *k, un
         copy(out + e->off[c->n_out + i] + r / ck * e->bytes[i], cur + e->off[i], e->bytes[i]);
     }
     for (int i = 0; i < c->n_xs; i++)
-      bind(e, 0, nc + i, (const unsigned char *)k->in[x0 + i]->data + r * e->x_bytes[i]);
+      bind(e, 0, nc + i, at(k->in[x0 + i]->data, r * e->x_bytes[i]));
     graft_status st = run_body(e, 0, r, msg);
     if (st) return body_failed(k, st, "body", r, msg);
     for (int i = 0; i < nc; i++) {
