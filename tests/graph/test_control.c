@@ -470,6 +470,31 @@ static graft_status mlp(graft_trace *t, int n_in, graft_value *const *in, int n_
   return GRAFT_OK;
 }
 
+/* A ws runtime of one thread writing its Chrome trace to a new temporary
+ * file (path: a mkstemp template, filled in). */
+static graft_runtime *traced_runtime(char *path) {
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.sched = "ws";
+  o.num_threads = 1;
+  o.trace_path = path;
+  return tu_runtime_from(&o);
+}
+
+/* The trace file's text (its runtimes destroyed), then the file removed. */
+static void read_trace(const char *path, char *text, size_t cap) {
+  FILE *fp = fopen(path, "r");
+  assert_non_null(fp);
+  size_t len = fread(text, 1, cap - 1, fp);
+  assert_true(len < cap - 1);
+  text[len] = '\0';
+  fclose(fp);
+  unlink(path);
+}
+
 /* Runs of op in a Chrome trace text whose category starts with cat (tile
  * 0 of each: a node's tiles are slices of their own). */
 static int count_slices(const char *text, const char *op, const char *cat) {
@@ -488,15 +513,7 @@ static int count_slices(const char *text, const char *op, const char *cat) {
 static void test_remat_mlp_bitwise_smaller_and_recomputed(void **state) {
   (void)state;
   char path[] = "/tmp/graft_remat_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.sched = "ws";
-  o.num_threads = 1;
-  o.trace_path = path;
-  graft_runtime *rt = tu_runtime_from(&o);
+  graft_runtime *rt = traced_runtime(path);
   tu_rng r = {5};
   graft_tensor *in[MIN], *out[3][MIN];
   const int64_t xs[2] = {MB, MW}, ws[2] = {MW, MW}, bs[1] = {MW};
@@ -539,13 +556,8 @@ static void test_remat_mlp_bitwise_smaller_and_recomputed(void **state) {
    * a block's backward body replays its first layer, and the inner
    * region's backward replays the other two (the block's replay of the
    * inner region is pruned: nothing reads its value). */
-  FILE *fp = fopen(path, "r");
-  assert_non_null(fp);
   static char text[1 << 22];
-  size_t len = fread(text, 1, sizeof text - 1, fp);
-  text[len] = '\0';
-  fclose(fp);
-  unlink(path);
+  read_trace(path, text, sizeof text);
   int plain = count_slices(text, "matmul", "plain"), remat = count_slices(text, "matmul", "remat"),
       nested = count_slices(text, "matmul", "nested");
   print_message("matmul slices: plain %d, remat %d, nested %d\n", plain, remat, nested);
@@ -618,15 +630,7 @@ static void test_scan_checkpoints_bitwise_and_smaller(void **state) {
 static void test_scan_backward_reads_saved_outputs(void **state) {
   (void)state;
   char path[] = "/tmp/graft_scanmm_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.sched = "ws";
-  o.num_threads = 1;
-  o.trace_path = path;
-  graft_runtime *rt = tu_runtime_from(&o);
+  graft_runtime *rt = traced_runtime(path);
   graft_tensor *in[6], *out[6];
   rnn_inputs(in, 37);
   static const char *const names[2] = {"scan", "unrolled"};
@@ -642,13 +646,8 @@ static void test_scan_backward_reads_saved_outputs(void **state) {
     for (int i = 0; i < 6; i++) graft_tensor_destroy(out[i]);
   }
   graft_runtime_destroy(rt);
-  FILE *fp = fopen(path, "r");
-  assert_non_null(fp);
   static char text[1 << 24];
-  size_t len = fread(text, 1, sizeof text - 1, fp);
-  text[len] = '\0';
-  fclose(fp);
-  unlink(path);
+  read_trace(path, text, sizeof text);
   int scan = count_slices(text, "matmul", "scan"), unrolled = count_slices(text, "matmul", "unrolled");
   print_message("matmul runs: scan %d, unrolled %d\n", scan, unrolled);
   assert_int_equal(unrolled, 6 * RT);
