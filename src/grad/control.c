@@ -351,7 +351,7 @@ static graft_status block_vjp_body(graft_trace *t, int n, graft_value *const *va
   graft_value **res = buf, **xs2 = res + 3 * nc + ny + 1, **res2 = xs2 + 2 * nc + nx + ny + x->nfy + 1;
   graft_scan_opts fwd = {.reverse = c->reverse}, bwd = {.reverse = !c->reverse};
   graft_status st =
-      graft__scan_ext(t, recompute_body, (void *)x, nc, S, nx, xb, 2 * nc + ny, res, &fwd, len);
+      graft__scan_ext(t, recompute_body, (void *)x, nc, S, nx, xb, 2 * nc + ny, res, &fwd, len, NULL);
   loop_ctx inner = *x;
   inner.has_cts = 0; /* the checkpoints' cotangents join per block, below */
   int m = 0;
@@ -360,7 +360,8 @@ static graft_status block_vjp_body(graft_trace *t, int n, graft_value *const *va
   for (int i = 0; i < ny; i++) xs2[m++] = res[3 * nc + i];
   for (int i = 0; i < x->nfy; i++) xs2[m++] = cty[i];
   if (!st)
-    st = graft__scan_ext(t, loop_vjp_body, &inner, nfc + nfcap, ct, m, xs2, x->nfx, res2, &bwd, len);
+    st = graft__scan_ext(t, loop_vjp_body, &inner, nfc + nfcap, ct, m, xs2, x->nfx, res2, &bwd, len,
+                         NULL);
   for (int i = 0; i < nfc + nfcap + x->nfx && !st; i++)
     outs[i] = i < nfc && x->has_cts ? graft_add(t, res2[i], ctS[i]) : res2[i];
   graft__free(buf);
@@ -392,6 +393,12 @@ static graft_value *from_blocks(graft_trace *t, graft_value *v, int64_t T) {
   if (shape[0] == T) return v;
   for (int i = 0; i < r - 1; i++) size[i] = i ? -1 : T;
   return graft_slice(t, v, begin, size);
+}
+
+/* x i of scan c, which it reads in blocks, as a copy in blocks. */
+static graft_value *blocks_of(graft_trace *t, const graft__ctl *c, int i, graft_value *x) {
+  int64_t rows = graft_value_shape(x)[0];
+  return to_blocks(t, x, graft__scan_steps(c, i, rows), c->x_block);
 }
 
 /* The float members of a list: their positions in idx[], the count back. */
@@ -469,7 +476,8 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
   }
   for (int j = 0; j < x.nfcap; j++) init[ni++] = graft_zeros_like(t, in[c->map[k][x.fcap[j]]]);
   for (int i = 0; i < (ck ? 1 : 2) * nc; i++) xs[nxs++] = graft__value(t->g, first + (uint32_t)i);
-  for (int i = 0; i < nx; i++) xs[nxs++] = in[pre + nc + i];
+  for (int i = 0; i < nx; i++) /* (xs the node reads in blocks: copied in blocks) */
+    xs[nxs++] = c->x_blocked >> i & 1 ? blocks_of(t, c, i, in[pre + nc + i]) : in[pre + nc + i];
   for (int i = 0; !ck && i < ny; i++) xs[nxs++] = graft__value(t->g, c->gets[nc + i]);
   for (int i = 0; i < x.nfy; i++) {
     graft_value *y = graft__value(t->g, c->gets[nc + x.fy[i]]);
@@ -484,9 +492,13 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
   for (int i = 0; i < n_in; i++) gx[i] = NULL;
   if (c->checkpoint > 1 && ni + x.nfx && !t->status) { /* block by block */
     int64_t kk = c->checkpoint, T = graft_value_shape(in[pre + nc])[0], nb = (T + kk - 1) / kk;
-    /* the xs and the ys' cotangents by blocks; the checkpoints and their
-     * cotangents are one row a block already */
-    for (int i = 0; i < nx + x.nfy; i++) xs[nc + i] = to_blocks(t, xs[nc + i], nb, kk);
+    /* the xs and the ys' cotangents read in blocks of kk rows, in place;
+     * the checkpoints and their cotangents are one row a block already */
+    graft__scan_blocks blk = {kk, 0};
+    for (int i = 0; i < nx + x.nfy; i++) {
+      if (nc + i < 64) blk.mask |= UINT64_C(1) << (nc + i);
+      else xs[nc + i] = to_blocks(t, xs[nc + i], nb, kk);
+    }
     int32_t *lens = graft__malloc((size_t)nb * sizeof *lens);
     if (!lens) {
       st = graft_trace_fail(t, GRAFT_ENOMEM, "%s: out of memory", c->name);
@@ -495,7 +507,7 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
       xs[nxs++] = graft_constant(t, GRAFT_I32, 1, &nb, lens);
       graft__free(lens);
       graft_scan_opts o = {.reverse = !c->reverse};
-      st = graft__scan_ext(t, block_vjp_body, &x, ni, init, nxs, xs, x.nfx, outs, &o, NULL);
+      st = graft__scan_ext(t, block_vjp_body, &x, ni, init, nxs, xs, x.nfx, outs, &o, NULL, &blk);
     }
     int o2 = 0;
     for (int i = 0; i < x.nfc && !st; i++) gx[pre + x.fc[i]] = outs[o2++];
@@ -504,11 +516,15 @@ static graft_status loop_vjp(graft_trace *t, const graft__node *nd, graft_value 
   } else if (ni + x.nfx && !t->status) {
     graft_scan_opts o = {.reverse = is_while ? 1 : !c->reverse, .checkpoint = 0};
     graft_value *len = is_while ? graft__value(t->g, first + (uint32_t)(2 * nc)) : pre ? in[0] : NULL;
-    st = graft__scan_ext(t, loop_vjp_body, &x, ni, init, nxs, xs, x.nfx, outs, &o, len);
+    st = graft__scan_ext(t, loop_vjp_body, &x, ni, init, nxs, xs, x.nfx, outs, &o, len, NULL);
     int o2 = 0;
     for (int i = 0; i < x.nfc && !st; i++) gx[pre + x.fc[i]] = outs[o2++];
     for (int j = 0; j < x.nfcap && !st; j++) gx[c->map[k][x.fcap[j]]] = outs[o2++];
-    for (int i = 0; i < x.nfx && !st; i++) gx[pre + nc + x.fx[i]] = outs[o2++];
+    for (int i = 0; i < x.nfx && !st; i++) {
+      graft_value *g = outs[o2++], *xi = in[pre + nc + x.fx[i]];
+      gx[pre + nc + x.fx[i]] =
+          c->x_blocked >> x.fx[i] & 1 ? from_blocks(t, g, graft_value_shape(xi)[0]) : g;
+    }
   }
   graft__free(ib);
   graft__free(vb);
@@ -607,8 +623,18 @@ static graft_status loop_jvp(graft_trace *t, const graft__node *nd, graft_value 
     st = graft_while_loop(t, loop_jvp_cond, loop_jvp_body, &x, nc + x.nfc, init, outs, &o);
   } else {
     graft_scan_opts o = {c->reverse, c->checkpoint};
-    st = graft__scan_ext(t, loop_jvp_body, &x, nc + x.nfc, init, nxs, xs, ny + nfy, outs, &o,
-                         pre ? in[0] : NULL);
+    /* xs the node reads in blocks, and their tangents, are read so here */
+    graft__scan_blocks blk = {c->x_block, c->x_blocked};
+    st = GRAFT_OK;
+    for (int i = 0; i < nx && !st; i++) {
+      if (x.tx[i] < 0 || !(c->x_blocked >> i & 1)) continue;
+      if (nx + x.tx[i] >= 64)
+        st = graft_trace_fail(t, GRAFT_EUNSUPPORTED, "scan: tangents of more than 64 xs read in blocks");
+      else blk.mask |= UINT64_C(1) << (nx + x.tx[i]);
+    }
+    if (!st)
+      st = graft__scan_ext(t, loop_jvp_body, &x, nc + x.nfc, init, nxs, xs, ny + nfy, outs, &o,
+                           pre ? in[0] : NULL, c->x_blocked ? &blk : NULL);
   }
   /* the tangents of the node's outputs */
   for (int i = 0; i < x.nfc && !st; i++) tout[x.fc[i]] = outs[nc + i];

@@ -191,6 +191,10 @@ static void sub_input_shape(const graft__graph *g, const graft__ctl *c, const ui
   graft__node_shape(graft__graph_node(g, in[idx]), sh);
   int x0 = c->has_len + c->n_carry;
   if (c->kind == GRAFT__CTL_SCAN && idx >= x0 && idx < x0 + c->n_xs) {
+    if (c->x_blocked >> (idx - x0) & 1) { /* a block of rows */
+      sh->dims[0] = c->x_block;
+      return;
+    }
     sh->rank--;
     memmove(sh->dims, sh->dims + 1, (size_t)sh->rank * sizeof *sh->dims);
   }
@@ -489,7 +493,8 @@ static graft_status while_impl(graft_trace *t, graft_trace_fn cond_fn, graft_tra
 
 static graft_status scan_impl(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
                               graft_value *const *init, int n_xs, graft_value *const *xs, int n_ys,
-                              graft_value **outs, const graft_scan_opts *opts, graft_value *len) {
+                              graft_value **outs, const graft_scan_opts *opts, graft_value *len,
+                              const graft__scan_blocks *blk) {
   static const char *what = "scan";
   int n_out = n_carry + n_ys;
   graft_status st = enter(t, what, n_out, outs,
@@ -510,13 +515,20 @@ static graft_status scan_impl(graft_trace *t, graft_trace_fn body_fn, void *user
     return st;
   }
   graft__shape *x = e.sh + pre + n_carry;
+  graft__ctl c = {.kind = GRAFT__CTL_SCAN, .n_subs = 1, .n_carry = n_carry, .n_xs = n_xs,
+                  .n_ys = n_ys, .n_out = n_out, .has_len = pre, .name = what,
+                  .reverse = opts ? opts->reverse != 0 : 0, .checkpoint = opts ? opts->checkpoint : 0,
+                  .x_block = blk ? blk->k : 0, .x_blocked = blk ? blk->mask : 0};
+  int64_t T = x[0].rank ? graft__scan_steps(&c, 0, x[0].dims[0]) : 0;
   for (int i = 0; i < n_xs && !st; i++) {
     char a[200], b0[200];
     if (x[i].rank < 1)
       st = graft_trace_fail(t, GRAFT_ESHAPE, "%s: xs[%d] is %s; an x needs a leading axis to scan",
                             what, i, graft__shape_text(a, sizeof a, &x[i]));
-    else if (x[i].dims[0] != x[0].dims[0] && !GRAFT_DIM_IS_SYM(x[i].dims[0]) &&
-             !GRAFT_DIM_IS_SYM(x[0].dims[0]))
+    else if ((c.x_blocked >> i & 1) && GRAFT_DIM_IS_SYM(x[i].dims[0]))
+      st = graft_trace_fail(t, GRAFT_EINTERNAL, "%s: xs[%d] read in blocks needs a known length", what, i);
+    else if (graft__scan_steps(&c, i, x[i].dims[0]) != T && !GRAFT_DIM_IS_SYM(x[i].dims[0]) &&
+             !GRAFT_DIM_IS_SYM(T))
       st = graft_trace_fail(t, GRAFT_ESHAPE,
                             "%s: xs[%d] is %s but xs[0] is %s (every x needs the same leading length)",
                             what, i, graft__shape_text(a, sizeof a, &x[i]), graft__shape_text(b0, sizeof b0, &x[0]));
@@ -538,15 +550,14 @@ static graft_status scan_impl(graft_trace *t, graft_trace_fn body_fn, void *user
   }
   for (int j = 0; j < n_carry + n_xs; j++) {
     like[j] = e.sh[pre + j];
-    if (j >= n_carry) {
+    if (j >= n_carry && (c.x_blocked >> (j - n_carry) & 1)) {
+      like[j].dims[0] = c.x_block;
+    } else if (j >= n_carry) {
       like[j].rank--;
       memmove(like[j].dims, like[j].dims + 1, (size_t)like[j].rank * sizeof *like[j].dims);
     }
     e.map[j] = pre + j;
   }
-  graft__ctl c = {.kind = GRAFT__CTL_SCAN, .n_subs = 1, .n_carry = n_carry, .n_xs = n_xs,
-                  .n_ys = n_ys, .n_out = n_out, .has_len = pre, .name = what,
-                  .reverse = opts ? opts->reverse != 0 : 0, .checkpoint = opts ? opts->checkpoint : 0};
   body b;
   st = trace_body(t, what, "body", body_fn, user, n_carry + n_xs, like, n_out, &b);
   c.sub[0] = b.sub;
@@ -569,7 +580,7 @@ static graft_status scan_impl(graft_trace *t, graft_trace_fn body_fn, void *user
       break;
     }
     memmove(y->dims + 1, y->dims, (size_t)y->rank * sizeof *y->dims);
-    y->dims[0] = x[0].dims[0];
+    y->dims[0] = T;
     y->rank++;
   }
   if (!st) st = append(t, GRAFT__OP_SCAN, &c, in, n_in, osh, outs);
@@ -639,15 +650,16 @@ GRAFT_API graft_status graft_while_loop(graft_trace *t, graft_trace_fn cond_fn,
 
 graft_status graft__scan_ext(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
                              graft_value *const *init, int n_xs, graft_value *const *xs, int n_ys,
-                             graft_value **outs, const graft_scan_opts *opts, graft_value *len) {
-  return finish(scan_impl(t, body_fn, user, n_carry, init, n_xs, xs, n_ys, outs, opts, len),
+                             graft_value **outs, const graft_scan_opts *opts, graft_value *len,
+                             const graft__scan_blocks *blk) {
+  return finish(scan_impl(t, body_fn, user, n_carry, init, n_xs, xs, n_ys, outs, opts, len, blk),
                 n_carry + n_ys, outs);
 }
 
 GRAFT_API graft_status graft_scan(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
                                   graft_value *const *init, int n_xs, graft_value *const *xs,
                                   int n_ys, graft_value **outs, const graft_scan_opts *opts) {
-  return graft__scan_ext(t, body_fn, user, n_carry, init, n_xs, xs, n_ys, outs, opts, NULL);
+  return graft__scan_ext(t, body_fn, user, n_carry, init, n_xs, xs, n_ys, outs, opts, NULL, NULL);
 }
 
 GRAFT_API graft_status graft_remat(graft_trace *t, graft_trace_fn fn, void *user, int n_in,
@@ -665,7 +677,7 @@ graft_status graft__ctl_save(graft_trace *t, uint32_t id, uint32_t *first_out) {
     uint32_t first = g->n_nodes;
     int64_t T = 0;
     if (c->kind == GRAFT__CTL_SCAN) {
-      T = graft__graph_node(g, n->in[c->has_len + c->n_carry])->shape[0];
+      T = graft__scan_steps(c, 0, graft__graph_node(g, n->in[c->has_len + c->n_carry])->shape[0]);
       /* checkpoints need the length now (the blocks are built at trace
        * time) and room for a block axis; without them every carry is kept */
       if (c->checkpoint > 1 && (GRAFT_DIM_IS_SYM(T) || c->has_len)) c->checkpoint = 0;
@@ -747,7 +759,7 @@ graft_status graft__ctl_replay(graft_trace *t, const graft__node *n, graft_value
       }
       if ((st = out_shape(t, &c, ids, 0, i, &osh[i], &known))) break;
       memmove(osh[i].dims + 1, osh[i].dims, (size_t)osh[i].rank * sizeof *osh[i].dims);
-      osh[i].dims[0] = graft__graph_node(g, ids[c.has_len + c.n_carry])->shape[0];
+      osh[i].dims[0] = graft__scan_steps(&c, 0, graft__graph_node(g, ids[c.has_len + c.n_carry])->shape[0]);
       osh[i].rank++;
       break;
     default: st = out_shape(t, &c, ids, 0, i, &osh[i], &known); break;

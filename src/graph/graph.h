@@ -305,6 +305,14 @@ typedef struct graft__ctl {
                                   (> 1 only with a length known at trace
                                   time: graft__ctl_save clears it else) */
   int reverse;                 /* SCAN */
+  int64_t x_block;             /* SCAN: the xs marked in x_blocked are read
+                                  x_block rows at a time (step j: rows
+                                  [j k, j k + k) as [k, ...]; the last
+                                  block's rows past the x's end are never
+                                  read: a checkpointed backward's blocks,
+                                  its inner scans reading only len rows);
+                                  the length is then ceil(rows / k) */
+  uint64_t x_blocked;          /* bit i: x i is read in blocks */
   int has_len;                 /* SCAN: input 0 (i32, rank 0) is the number
                                   of steps to run (<= T; the others' ys rows
                                   are zero): a while loop's backward */
@@ -334,12 +342,25 @@ static inline int graft__node_fallible(const graft__node *n) {
  * given, in t's symbols) on inputs in[0..proto->n_in): replay (ops.c). */
 graft_value *graft__emit_like(graft_trace *t, const graft__node *proto, const graft__attr *attr,
                               const int64_t *shape, graft_value *const *in);
+/* The xs a scan reads in blocks (graft__ctl.x_block, x_blocked). */
+typedef struct graft__scan_blocks {
+  int64_t k;
+  uint64_t mask;
+} graft__scan_blocks;
 /* graft_scan with, when len is not NULL, an i32 scalar: run only slices
  * 0 .. len - 1 (with reverse, len - 1 down to 0); the ys' other rows are
- * zero.  A while loop's backward. */
+ * zero (a while loop's backward); and with blk (or NULL), xs read in
+ * blocks (a checkpointed backward). */
 graft_status graft__scan_ext(graft_trace *t, graft_trace_fn body_fn, void *user, int n_carry,
                              graft_value *const *init, int n_xs, graft_value *const *xs, int n_ys,
-                             graft_value **outs, const graft_scan_opts *opts, graft_value *len);
+                             graft_value **outs, const graft_scan_opts *opts, graft_value *len,
+                             const graft__scan_blocks *blk);
+/* The steps of a scan whose x i has d0 rows (its blocks, if read in
+ * blocks). */
+static inline int64_t graft__scan_steps(const graft__ctl *c, int i, int64_t d0) {
+  if (!(c->x_blocked >> i & 1) || GRAFT_DIM_IS_SYM(d0)) return d0;
+  return (d0 + c->x_block - 1) / c->x_block;
+}
 /* Make control node id of t's graph keep what reverse mode needs (see
  * graft__ctl): *first is the id of the first of those outputs' GETs
  * (graft__ctl_saved of them, consecutive); asking again gives the same. */

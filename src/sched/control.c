@@ -166,8 +166,10 @@ static graft_status compile_body(graft__shape_ctx *sc, const graft__plan *p, gra
   for (int j = 0; j < ns; j++) {
     int idx = c->map[k][j];
     const graft__shape *s = &in[idx];
-    int drop = c->kind == GRAFT__CTL_SCAN && idx >= x0 && idx < x0 + c->n_xs;
+    int is_x = c->kind == GRAFT__CTL_SCAN && idx >= x0 && idx < x0 + c->n_xs;
+    int drop = is_x && !(c->x_blocked >> (idx - x0) & 1); /* a row, or a block of rows */
     memcpy(dims[j], s->dims + drop, (size_t)(s->rank - drop) * sizeof(int64_t));
+    if (is_x && !drop) dims[j][0] = c->x_block;
     ptr[j] = dims[j];
   }
   char msg[GRAFT__MSG_LEN];
@@ -252,14 +254,15 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
     break;
   }
   case GRAFT__CTL_SCAN:
-    e->steps = in[x0].dims[0];
+    e->steps = graft__scan_steps(c, 0, in[x0].dims[0]);
     for (int i = 0; i < c->n_xs; i++) {
       const graft__shape *x = &in[x0 + i];
-      if (x->dims[0] != e->steps)
+      if (graft__scan_steps(c, i, x->dims[0]) != e->steps)
         return failf(sc, GRAFT_ESHAPE, "xs[%d] is %s but xs[0] is %s for these inputs (every x "
                      "needs the same leading length)", i, graft__shape_text(a, sizeof a, x),
                      graft__shape_text(b, sizeof b, &in[x0]));
       graft__size_check(x->rank - 1, x->dims + 1, x->dtype, NULL, &e->x_bytes[i], a, sizeof a);
+      if (c->x_blocked >> i & 1) e->x_bytes[i] *= c->x_block; /* (one step: a block of rows) */
     }
     for (int i = 0; i < c->n_out; i++) {
       graft__shape *s = &e->osh[i];
