@@ -123,6 +123,30 @@ static size_t tensor_bytes(const graft_tensor *t) {
 /* memcmp / memcpy for buffers that are NULL when empty (zero-element
  * tensors, shapes of rank 0). */
 static int bytes_equal(const void *a, const void *b, size_t n) { return !n || !memcmp(a, b, n); }
+
+/* Equal bits, except that two NaNs are equal whatever their payload and
+ * sign: which NaN operand an operation passes on when both are NaN is the
+ * hardware's and the compiler's choice (x86 takes the first operand, and a
+ * compiler may swap the operands of a commutative add or mul), so the same
+ * kernel in another loop (a fused group's, a fast path's) may pass on the
+ * other one.  Every other value, signed zeros and infinities included, is
+ * compared bit for bit. */
+static int values_equal(const void *a, const void *b, size_t n, graft_dtype dt) {
+  if (bytes_equal(a, b, n)) return 1;
+  if (dt == GRAFT_F32) {
+    const float *x = a, *y = b;
+    for (size_t i = 0; i < n / sizeof *x; i++)
+      if (memcmp(&x[i], &y[i], sizeof *x) && !(isnan(x[i]) && isnan(y[i]))) return 0;
+    return 1;
+  }
+  if (dt == GRAFT_F64) {
+    const double *x = a, *y = b;
+    for (size_t i = 0; i < n / sizeof *x; i++)
+      if (memcmp(&x[i], &y[i], sizeof *x) && !(isnan(x[i]) && isnan(y[i]))) return 0;
+    return 1;
+  }
+  return 0;
+}
 static void bytes_copy(void *to, const void *from, size_t n) {
   if (n) memcpy(to, from, n);
 }
@@ -524,9 +548,11 @@ static void snap_vars(const side *s, var_snap *v) {
 static int vars_equal(const side *s, const var_snap *v) {
   graft_variable *vars[MAX_STATE];
   int n = state_vars(s, vars);
-  for (int i = 0; i < n; i++)
-    if (vars[i] && !bytes_equal(graft_tensor_data(graft_variable_value(vars[i])), v->data[i], v->bytes[i]))
+  for (int i = 0; i < n; i++) {
+    const graft_tensor *t = vars[i] ? graft_variable_value(vars[i]) : NULL;
+    if (t && !values_equal(graft_tensor_data(t), v->data[i], v->bytes[i], graft_tensor_dtype(t)))
       return 0;
+  }
   return 1;
 }
 
@@ -593,7 +619,7 @@ static int tensors_equal(const graft_tensor *a, const graft_tensor *b) {
   int rank = graft_tensor_rank(a);
   return graft_tensor_dtype(a) == graft_tensor_dtype(b) && rank == graft_tensor_rank(b) &&
          bytes_equal(graft_tensor_shape(a), graft_tensor_shape(b), (size_t)rank * sizeof(int64_t)) &&
-         bytes_equal(graft_tensor_data(a), graft_tensor_data(b), tensor_bytes(a));
+         values_equal(graft_tensor_data(a), graft_tensor_data(b), tensor_bytes(a), graft_tensor_dtype(a));
 }
 
 /* Compare the sides after a call; returns 0 when they may have diverged
