@@ -10,9 +10,15 @@
  *   remat   a remat of the body's rule (the backward recomputes the
  *           region's intermediates inside its own body);
  *   scan    reverse: a scan the other way over the carries the forward
- *           saved (graft__ctl_save), threading the carries' cotangents and
- *           accumulating the captured values'; forward: a scan that carries
- *           primal and tangent together;
+ *           saved (graft__ctl_save: before and after each step), threading
+ *           the carries' cotangents and accumulating the captured values';
+ *           its body reads the saved carries and the forward's ys where the
+ *           replay would recompute them (body_vjp's subst), so only forward
+ *           ops the backward needs besides run again; with a checkpoint
+ *           interval, a reverse scan over blocks, each recomputing its
+ *           carries from its checkpoint first (reading the xs in place, a
+ *           block of rows a step); forward: a scan that carries primal and
+ *           tangent together;
  *   while   reverse (max_iters > 0): a reverse scan over the iterations the
  *           loop ran (its saved count); forward: a while loop carrying
  *           primal and tangent, with the same cond.
