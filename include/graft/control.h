@@ -9,8 +9,9 @@
  *
  * Closures: a body may use any value of the traces around it (and read
  * variables); such a value is captured, an input of the control node, so
- * gradients flow to it.  A body may not assign variables or step an
- * optimizer (GRAFT_EUNSUPPORTED).
+ * gradients flow to it, and graft_gradients / graft_jvp inside a body may
+ * name it (they differentiate the body's own copy).  A body may not assign
+ * variables or step an optimizer (GRAFT_EUNSUPPORTED).
  *
  * Gradients: all four are differentiable in reverse and forward mode, to
  * any order.  The backward of a cond is a cond of its branches' backward

@@ -31,9 +31,30 @@ static void control(graft_trace *t, const char *fn, const graft__node *nd, graft
   graft__grad_args_free(&a);
 }
 
+static graft_status jvp(graft_trace *t, int n_x, graft_value *const *primals,
+                        graft_value *const *tangents, int n_y, graft_value *const *ys,
+                        graft_unconnected policy, graft_value **jvps);
+
 GRAFT_API graft_status graft_jvp(graft_trace *t, int n_x, graft_value *const *primals,
                                  graft_value *const *tangents, int n_y, graft_value *const *ys,
                                  graft_unconnected policy, graft_value **jvps) {
+  /* In a body: values of the traces around become the body's (captured) */
+  if (!t || !t->cap || t->status || n_x < 0 || n_y < 0 || (n_x && (!primals || !tangents)) ||
+      (n_y && !ys))
+    return jvp(t, n_x, primals, tangents, n_y, ys, policy, jvps);
+  graft_value **v = graft__calloc((size_t)(2 * n_x + n_y) + 1, sizeof *v);
+  if (!v) return graft_trace_fail(t, GRAFT_ENOMEM, "graft_jvp: out of memory");
+  graft__grad_localize(t, n_x, primals, v);
+  graft__grad_localize(t, n_x, tangents, v + n_x);
+  graft__grad_localize(t, n_y, ys, v + 2 * n_x);
+  graft_status st = jvp(t, n_x, v, v + n_x, n_y, v + 2 * n_x, policy, jvps);
+  graft__free(v);
+  return st;
+}
+
+static graft_status jvp(graft_trace *t, int n_x, graft_value *const *primals,
+                        graft_value *const *tangents, int n_y, graft_value *const *ys,
+                        graft_unconnected policy, graft_value **jvps) {
   static const char *const fn = "graft_jvp";
   if (!t) return GRAFT_EINVAL;
   if (jvps)

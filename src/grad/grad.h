@@ -136,6 +136,10 @@ int graft__grad_same_type(const graft_value *a, const graft_value *b);
  * poisoned value.  Fails the trace and returns the status, else GRAFT_OK. */
 graft_status graft__grad_check_values(graft_trace *t, const char *fn, const char *what, int n,
                                       graft_value *const *v, int allow_null);
+/* out[i] = v[i], or, in a control-flow body's trace, the body's own value
+ * for a v[i] of a trace around it (captured), so a body can differentiate
+ * with respect to (or through) the values it closes over. */
+void graft__grad_localize(graft_trace *t, int n, graft_value *const *v, graft_value **out);
 /* Set to_y[id] (to_y zeroed, g->n_nodes bytes) for the ys and every node
  * they depend on.  Returns one past the largest y id (0 with no ys). */
 uint32_t graft__grad_mark_to_y(const graft__graph *g, int n_y, graft_value *const *ys,

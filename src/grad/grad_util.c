@@ -143,6 +143,15 @@ graft_status graft__grad_check_values(graft_trace *t, const char *fn, const char
   return GRAFT_OK;
 }
 
+void graft__grad_localize(graft_trace *t, int n, graft_value *const *v, graft_value **out) {
+  for (int i = 0; i < n; i++) {
+    out[i] = v[i];
+    if (!v[i] || graft__trace_value(t, v[i], NULL) != GRAFT__VALUE_FOREIGN) continue;
+    uint32_t id = graft__capture_value(t, v[i]);
+    if (id != GRAFT__POISON_ID) out[i] = graft__value(t->g, id);
+  }
+}
+
 uint32_t graft__grad_mark_to_y(const graft__graph *g, int n_y, graft_value *const *ys,
                                uint8_t *to_y) {
   uint32_t hi = 0;

@@ -45,10 +45,30 @@ static void control(graft_trace *t, const char *fn, const graft__node *nd, graft
   graft__free(oc);
 }
 
+static graft_status gradients(graft_trace *t, int n_y, graft_value *const *ys,
+                              graft_value *const *seeds, int n_x, graft_value *const *xs,
+                              graft_unconnected policy, graft_value **grads);
+
 GRAFT_API graft_status graft_gradients(graft_trace *t, int n_y, graft_value *const *ys,
                                        graft_value *const *seeds, int n_x,
                                        graft_value *const *xs, graft_unconnected policy,
                                        graft_value **grads) {
+  /* In a body: values of the traces around become the body's (captured) */
+  if (!t || !t->cap || t->status || n_y < 0 || n_x < 0 || (n_y && !ys) || (n_x && !xs))
+    return gradients(t, n_y, ys, seeds, n_x, xs, policy, grads);
+  graft_value **v = graft__calloc((size_t)(2 * n_y + n_x) + 1, sizeof *v);
+  if (!v) return graft_trace_fail(t, GRAFT_ENOMEM, "graft_gradients: out of memory");
+  graft__grad_localize(t, n_y, ys, v);
+  if (seeds) graft__grad_localize(t, n_y, seeds, v + n_y);
+  graft__grad_localize(t, n_x, xs, v + 2 * n_y);
+  graft_status st = gradients(t, n_y, v, seeds ? v + n_y : NULL, n_x, v + 2 * n_y, policy, grads);
+  graft__free(v);
+  return st;
+}
+
+static graft_status gradients(graft_trace *t, int n_y, graft_value *const *ys,
+                              graft_value *const *seeds, int n_x, graft_value *const *xs,
+                              graft_unconnected policy, graft_value **grads) {
   static const char *const fn = "graft_gradients";
   if (!t) return GRAFT_EINVAL;
   if (grads)

@@ -750,6 +750,53 @@ static void test_conv_and_pools_capture_in_bodies(void **state) {
   graft_tensor_destroy(x);
 }
 
+/* A body differentiating with respect to a value it closes over (W, the
+ * function's input): g = d sum(sin(W x)) / dW = x cos(W x) by
+ * graft_gradients, the same by graft_jvp along ones, and outside the body
+ * d sum(g) / dW = -x^2 sin(W x) through it. */
+static graft_status inner_grad(graft_trace *t, int n, graft_value *const *in, int no,
+                               graft_value **out, void *u) {
+  (void)n, (void)no;
+  graft_value *W = *(graft_value **)u, *x = in[0];
+  graft_value *y = graft_sin(t, graft_mul(t, W, x)), *loss = sum(t, y);
+  graft_gradients(t, 1, &loss, NULL, 1, &W, GRAFT_UNCONNECTED_ZERO, &out[0]);
+  graft_value *one = graft_ones_like(t, W);
+  graft_jvp(t, 1, &W, &one, 1, &y, GRAFT_UNCONNECTED_ZERO, &out[1]);
+  return GRAFT_OK;
+}
+
+static graft_status grad_in_body(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                 graft_value **out, void *u) {
+  (void)n_in, (void)n_out, (void)u;
+  graft_value *W = in[0];
+  graft_remat(t, inner_grad, &W, 1, &in[1], 2, out);
+  graft_value *s = sum(t, out[0]);
+  graft_gradients(t, 1, &s, NULL, 1, &W, GRAFT_UNCONNECTED_ZERO, &out[2]);
+  return GRAFT_OK;
+}
+
+static void test_gradients_inside_a_body_of_a_closure(void **state) {
+  (void)state;
+  const int64_t n[1] = {4};
+  tu_rng r = {9};
+  graft_tensor *in[2] = {tu_tensor_rand(&r, F64, 1, n, -1, 1), tu_tensor_rand(&r, F64, 1, n, -2, 2)};
+  graft_tensor *out[3];
+  char msg[512];
+  tu_assert_run_ok(tu_run(g_rt, grad_in_body, NULL, 2, in, 3, out, msg), "gradient in a body", msg);
+  double g[4], h[4];
+  for (int i = 0; i < 4; i++) {
+    double w = tu_get(in[0], i), x = tu_get(in[1], i);
+    g[i] = x * cos(w * x);
+    h[i] = -x * x * sin(w * x);
+  }
+  tu_assert_close(out[0], g, 4, 1e-15, 0);
+  tu_assert_close(out[1], g, 4, 1e-15, 0);
+  tu_assert_close(out[2], h, 4, 1e-15, 0);
+  for (int i = 0; i < 3; i++) graft_tensor_destroy(out[i]);
+  graft_tensor_destroy(in[0]);
+  graft_tensor_destroy(in[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cond_piecewise),
@@ -762,6 +809,7 @@ int main(void) {
       cmocka_unit_test(test_scan_backward_reads_saved_outputs),
       cmocka_unit_test(test_scan_second_order_with_checkpoints),
       cmocka_unit_test(test_conv_and_pools_capture_in_bodies),
+      cmocka_unit_test(test_gradients_inside_a_body_of_a_closure),
       cmocka_unit_test(test_remat_mlp_bitwise_smaller_and_recomputed),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
