@@ -277,6 +277,16 @@ typedef struct loop_ctx {
   int ntx;
 } loop_ctx;
 
+/* The primal inputs of body k of x's loop, as values of t: its carries,
+ * its x slices (the scan's), then what it captured (the node's inputs of
+ * the trace around, captured again into t). */
+static void body_prims(graft_trace *t, const loop_ctx *x, int k, graft_value *const *carries,
+                       graft_value *const *xs, graft_value **prim) {
+  int ns = x->c->sub[k]->g->n_inputs, nc = x->nc, nx = k == x->k ? x->nx : 0;
+  for (int j = 0; j < ns; j++)
+    prim[j] = j < nc ? carries[j] : j < nc + nx ? xs[j - nc] : local(t, x->in[x->c->map[k][j]]);
+}
+
 static graft_status loop_vjp_body(graft_trace *t, int n, graft_value *const *vals, int n_out,
                                   graft_value **outs, void *user) {
   const loop_ctx *x = user;
@@ -291,8 +301,7 @@ static graft_status loop_vjp_body(graft_trace *t, int n, graft_value *const *val
   graft_value *const *Sb = ct_cap + x->nfcap, *const *Sa = Sb + nc, *const *xt = Sa + nc;
   graft_value *const *yf = xt + nx, *const *cty = yf + x->ny, *const *ctb = cty + x->nfy;
   graft_value *const *cta = ctb + (x->has_cts ? x->nfc : 0);
-  for (int j = 0; j < ns; j++)
-    prim[j] = j < nc ? Sb[j] : j < nc + nx ? xt[j - nc] : local(t, x->in[c->map[x->k][j]]);
+  body_prims(t, x, x->k, Sb, xt, prim);
   for (int i = 0; i < x->nfc; i++)
     cot[x->fc[i]] = x->has_cta ? graft_add(t, ct_c[i], cta[i]) : ct_c[i];
   for (int i = 0; i < x->nfy; i++) cot[nc + x->fy[i]] = cty[i];
@@ -324,8 +333,7 @@ static graft_status recompute_body(graft_trace *t, int n, graft_value *const *va
   graft_value **buf = graft__calloc((size_t)(ns + no) + 1, sizeof *buf);
   if (!buf) return graft_trace_fail(t, GRAFT_ENOMEM, "scan backward: out of memory");
   graft_value **prim = buf, **po = buf + ns;
-  for (int j = 0; j < ns; j++)
-    prim[j] = j < nc + x->nx ? vals[j] : local(t, x->in[x->c->map[0][j]]);
+  body_prims(t, x, 0, vals, vals + nc, prim);
   graft_status st = graft__replay(t, s, prim, po);
   for (int i = 0; i < nc && !st; i++) {
     outs[i] = po[i];
@@ -555,9 +563,9 @@ static graft_status loop_jvp_body(graft_trace *t, int n, graft_value *const *val
   graft_value **prim = buf, **tan = buf + ns, **po = buf + 2 * ns, **to = po + no;
   graft_value *const *cv = vals, *const *tc = vals + nc, *const *xv = tc + x->nfc;
   graft_value *const *txv = xv + nx;
-  for (int j = 0; j < ns; j++) {
+  body_prims(t, x, x->k, cv, xv, prim);
+  for (int j = 0; j < ns; j++) { /* the captured values' tangents */
     int idx = c->map[x->k][j];
-    prim[j] = j < nc ? cv[j] : j < nc + nx ? xv[j - nc] : local(t, x->in[idx]);
     tan[j] = j >= nc + nx && x->tin[idx] ? local(t, x->tin[idx]) : NULL;
   }
   for (int i = 0; i < x->nfc; i++) tan[x->fc[i]] = tc[i];
@@ -582,7 +590,7 @@ static graft_status loop_jvp_cond(graft_trace *t, int n, graft_value *const *val
   (void)n, (void)n_out;
   graft_value **prim = graft__calloc((size_t)ns + 1, sizeof *prim);
   if (!prim) return graft_trace_fail(t, GRAFT_ENOMEM, "while_loop tangent: out of memory");
-  for (int j = 0; j < ns; j++) prim[j] = j < x->nc ? vals[j] : local(t, x->in[x->c->map[0][j]]);
+  body_prims(t, x, 0, vals, NULL, prim);
   graft_status st = graft__replay(t, s, prim, outs);
   graft__free(prim);
   return st;

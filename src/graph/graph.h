@@ -238,6 +238,9 @@ typedef struct graft__dot_clusters {
 graft_status graft__graph_write_dot(const graft__graph *g, const graft__dot_clusters *c, FILE *to);
 
 /* ---- shapes ---------------------------------------------------------- */
+/* Write a shape rule's reason into c->msg and return st. */
+graft_status graft__shape_fail(graft__shape_ctx *c, graft_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Run n's shape rule on inputs in[] (concrete if c->binding). */
 graft_status graft__shape_infer(graft__shape_ctx *c, const graft__node *n,
                                 const graft__shape *in, graft__shape *out);

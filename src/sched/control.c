@@ -119,15 +119,6 @@ graft_status graft__ctl_share(graft__plan *p) {
 
 /* ---- compile ---------------------------------------------------------------- */
 
-static graft_status failf(graft__shape_ctx *sc, graft_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static graft_status failf(graft__shape_ctx *sc, graft_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  graft__vmsgf(sc->msg, fmt, ap);
-  va_end(ap);
-  return st;
-}
 
 
 static int same(const graft__shape *a, const graft__shape *b) {
@@ -160,7 +151,7 @@ static graft_status compile_body(graft__shape_ctx *sc, const graft__plan *p, gra
   if (!dims || !ptr) {
     graft__free(dims);
     graft__free(ptr);
-    return failf(sc, GRAFT_ENOMEM, "out of memory");
+    return graft__shape_fail(sc, GRAFT_ENOMEM, "out of memory");
   }
   int x0 = c->has_len + c->n_carry;
   for (int j = 0; j < ns; j++) {
@@ -178,7 +169,7 @@ static graft_status compile_body(graft__shape_ctx *sc, const graft__plan *p, gra
   graft_status st = graft__plan_compile_dims(sg, ptr, &o, &e->sub[k], msg);
   graft__free(dims);
   graft__free(ptr);
-  if (st) return failf(sc, st, "%s: %s", body_name[c->kind][k], msg);
+  if (st) return graft__shape_fail(sc, st, "%s: %s", body_name[c->kind][k], msg);
   e->alone[k] = graft__plan_runs_alone(e->sub[k], o.grain);
   return GRAFT_OK;
 }
@@ -192,7 +183,7 @@ static graft_status layout(graft__shape_ctx *sc, graft__ctl_exec *e) {
                           sizeof why) ||
         graft__size_add(e->total, (e->bytes[i] + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN,
                         &e->total))
-      return failf(sc, GRAFT_ENOMEM, "output %d: %s", i, why);
+      return graft__shape_fail(sc, GRAFT_ENOMEM, "output %d: %s", i, why);
     e->off[i] = e->total - (e->bytes[i] + GRAFT__ALIGN - 1) / GRAFT__ALIGN * GRAFT__ALIGN;
   }
   return GRAFT_OK;
@@ -202,7 +193,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
                                 const graft__shape *in, graft__shape *out) {
   const graft__ctl *c = n->attr.ctl.ctl;
   graft__ctl_exec *e = graft__calloc(1, sizeof *e);
-  if (!e) return failf(sc, GRAFT_ENOMEM, "out of memory");
+  if (!e) return graft__shape_fail(sc, GRAFT_ENOMEM, "out of memory");
   p->ctl[n->id] = e; /* the plan frees it, whatever happens next */
   p->has_ctl = 1;
   e->c = c;
@@ -213,7 +204,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
   e->off = graft__calloc((size_t)e->n_all + 1, sizeof *e->off);
   e->bytes = graft__calloc((size_t)e->n_all + 1, sizeof *e->bytes);
   e->x_bytes = graft__calloc((size_t)c->n_xs + 1, sizeof *e->x_bytes);
-  if (!e->osh || !e->off || !e->bytes || !e->x_bytes) return failf(sc, GRAFT_ENOMEM, "out of memory");
+  if (!e->osh || !e->off || !e->bytes || !e->x_bytes) return graft__shape_fail(sc, GRAFT_ENOMEM, "out of memory");
   graft_status st;
   for (int k = 0; k < c->n_subs; k++)
     if ((st = compile_body(sc, p, e, k, in))) return st;
@@ -226,7 +217,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
       sub_out(e->sub[0], i, &t);
       sub_out(e->sub[1], i, &f);
       if (!same(&t, &f))
-        return failf(sc, GRAFT_ESHAPE, "output %d is %s in the then branch but %s in the else "
+        return graft__shape_fail(sc, GRAFT_ESHAPE, "output %d is %s in the then branch but %s in the else "
                      "branch for these inputs", i, graft__shape_text(a, sizeof a, &t), graft__shape_text(b, sizeof b, &f));
       e->osh[i] = t;
     }
@@ -235,12 +226,12 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
     graft__shape pr;
     sub_out(e->sub[0], 0, &pr);
     if (pr.rank != 0)
-      return failf(sc, GRAFT_ESHAPE, "the cond callback's output is %s (expected a scalar)",
+      return graft__shape_fail(sc, GRAFT_ESHAPE, "the cond callback's output is %s (expected a scalar)",
                    graft__shape_text(a, sizeof a, &pr));
     for (int i = 0; i < c->n_carry; i++) {
       sub_out(e->sub[1], i, &e->osh[i]);
       if (!same(&e->osh[i], &in[i]))
-        return failf(sc, GRAFT_ESHAPE, "var %d is %s from the body but %s in init for these "
+        return graft__shape_fail(sc, GRAFT_ESHAPE, "var %d is %s from the body but %s in init for these "
                      "inputs", i, graft__shape_text(a, sizeof a, &e->osh[i]), graft__shape_text(b, sizeof b, &in[i]));
     }
     for (int i = 0; c->save && i < 2 * c->n_carry; i++) { /* before and after */
@@ -258,7 +249,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
     for (int i = 0; i < c->n_xs; i++) {
       const graft__shape *x = &in[x0 + i];
       if (graft__scan_steps(c, i, x->dims[0]) != e->steps)
-        return failf(sc, GRAFT_ESHAPE, "xs[%d] is %s but xs[0] is %s for these inputs (every x "
+        return graft__shape_fail(sc, GRAFT_ESHAPE, "xs[%d] is %s but xs[0] is %s for these inputs (every x "
                      "needs the same leading length)", i, graft__shape_text(a, sizeof a, x),
                      graft__shape_text(b, sizeof b, &in[x0]));
       graft__size_check(x->rank - 1, x->dims + 1, x->dtype, NULL, &e->x_bytes[i], a, sizeof a);
@@ -269,7 +260,7 @@ static graft_status compile_ctl(graft__shape_ctx *sc, graft__plan *p, const graf
       sub_out(e->sub[0], i, s);
       if (i < c->n_carry) {
         if (!same(s, &in[c->has_len + i]))
-          return failf(sc, GRAFT_ESHAPE, "carry %d is %s from the body but %s in init for these "
+          return graft__shape_fail(sc, GRAFT_ESHAPE, "carry %d is %s from the body but %s in init for these "
                        "inputs", i, graft__shape_text(a, sizeof a, s), graft__shape_text(b, sizeof b, &in[c->has_len + i]));
         continue;
       }
@@ -302,7 +293,7 @@ graft_status graft__ctl_shape(graft__shape_ctx *sc, const graft__node *n, const 
   if (n->op != GRAFT__OP_GET) return compile_ctl(sc, p, n, in, out);
   const graft__ctl_exec *e = p->ctl[n->in[0]];
   int i = n->attr.get.index;
-  if (!e || i < 0 || i >= e->n_all) return failf(sc, GRAFT_EINTERNAL, "output %d of nothing", i);
+  if (!e || i < 0 || i >= e->n_all) return graft__shape_fail(sc, GRAFT_EINTERNAL, "output %d of nothing", i);
   *out = e->osh[i];
   return GRAFT_OK;
 }
