@@ -61,11 +61,13 @@ BENCH_ARGS      ?=
 STRESS_COUNT    ?=
 NO_DEPS         ?=
 
+# libopenmpi-dev, openmpi-bin: data-parallel training over MPI (graft/mpi.h,
+# the dist suite's 2-rank test under mpirun, bench_mpi, fashion_mnist --mpi);
 # python3: tests/readme and bench/bench_table.py; cmake: the install test's
 # find_package(graft) consumer; libudev-dev: `pkg-config --static --libs
 # graft` names -ludev (libhwloc.a's own dependency).
 DEB_PACKAGES := gcc pkg-config meson ninja-build libopenblas-dev libhwloc-dev libcmocka-dev clang libclang-rt-14-dev libomp-dev libjansson-dev python3 cmake libudev-dev \
-                zlib1g-dev dataset-fashion-mnist gnuplot-nox
+                zlib1g-dev dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin
 
 SETUP_ARGS      := --prefix=$(PREFIX) --libdir=$(LIBDIR) $(MESON_SETUP_ARGS)
 ASAN_SETUP_ARGS := $(SETUP_ARGS) -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug

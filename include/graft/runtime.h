@@ -64,6 +64,9 @@ typedef struct graft_runtime_opts {
   const char *memory;     /* "parallel", or "lanes:N" (N in 1..4096) */
   const char *fusion;     /* "on" (default): chains of elementwise ops run
                              as one node; "off": one node per op */
+  int mpi_timeout;        /* seconds a call waits for the other ranks of an
+                             MPI communicator (graft/mpi.h), 1..86400;
+                             0 unset (default 600) */
 } graft_runtime_opts;
 
 GRAFT_API void graft_runtime_opts_init(graft_runtime_opts *opts);

@@ -93,6 +93,12 @@ static graft_status parse_grain(const graft_runtime_opts *o, graft__config *c, c
                      GRAFT__MAX_GRAIN, &c->grain, msg);
 }
 
+static graft_status parse_mpi_timeout(const graft_runtime_opts *o, graft__config *c, char *msg) {
+  c->mpi_timeout = GRAFT__MPI_TIMEOUT;
+  return parse_count(o ? o->mpi_timeout : 0, "graft_runtime_opts.mpi_timeout", "GRAFT_MPI_TIMEOUT",
+                     GRAFT__MAX_MPI_TIMEOUT, &c->mpi_timeout, msg);
+}
+
 static graft_status parse_bind(const graft_runtime_opts *o, graft__config *c, char *msg) {
   c->bind = -1;
   if (o && o->bind) {
@@ -192,7 +198,8 @@ graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, 
   msg[0] = '\0';
   graft_status st;
   if ((st = parse_threads(o, c, msg)) || (st = parse_grain(o, c, msg)) ||
-      (st = parse_bind(o, c, msg)) || (st = parse_memory(o, c, msg)))
+      (st = parse_bind(o, c, msg)) || (st = parse_memory(o, c, msg)) ||
+      (st = parse_mpi_timeout(o, c, msg)))
     return st;
 
   setting s = pick(o ? o->sched : NULL, "graft_runtime_opts.sched", "GRAFT_SCHED");

@@ -14,6 +14,10 @@ typedef enum graft__level {
 } graft__level;
 
 #define GRAFT__DEFAULT_GRAIN 32768
+/* Seconds a call waits for the other ranks of a communicator (graft/mpi.h)
+ * by default, and at most. */
+#define GRAFT__MPI_TIMEOUT 600
+#define GRAFT__MAX_MPI_TIMEOUT 86400
 
 /* Accepted ranges of the numeric settings (1..max).  A grain of a value's
  * whole element count already means "no tiling"; no value has more than
@@ -43,6 +47,7 @@ typedef struct graft__config {
   int64_t grain;
   int lanes;            /* GRAFT_MEMORY=lanes:N; 0 = parallel (no added edges) */
   int fusion;           /* GRAFT_FUSION: 1 on (default), 0 off */
+  int64_t mpi_timeout;  /* GRAFT_MPI_TIMEOUT: seconds (default GRAFT__MPI_TIMEOUT) */
   int display_env;      /* 0 off, 1 true, 2 verbose */
 } graft__config;
 

@@ -59,6 +59,10 @@ enum graft__update_kind {
 #define GRAFT__UPDATE_MAX_VARS 3
 #define GRAFT__UPDATE_HP 4
 
+/* An MPI_Comm is kept by value in these bytes (src/dist checks it fits), so
+ * the graph needs no MPI header. */
+#define GRAFT__COMM_BYTES 16
+
 /* Op parameters; which member is used depends on the op. */
 typedef union graft__attr {
   struct { unsigned mask; int keepdims; } reduce;     /* REDUCE_*, LOGSUMEXP: bit i = axis i */
@@ -86,6 +90,16 @@ typedef union graft__attr {
     double mu, b1, b2, eps, wd;                        /* momentum, betas, eps, decay */
   } update;
   struct { struct graft__ctl *ctl; } ctl;             /* COND, WHILE, SCAN, REMAT */
+  struct graft__coll_attr {                            /* ALLREDUCE, ALLREDUCE_TAKE */
+    unsigned char comm[GRAFT__COMM_BYTES];             /* the MPI_Comm, by value (dist/) */
+    int n_members;                                     /* ALLREDUCE: its first inputs; one
+                                                          more is the communicator's previous
+                                                          ALLREDUCE (an order edge) */
+    int index;                                         /* TAKE: the member it reads;
+                                                          ALLREDUCE: its place on the comm */
+    struct graft__coll_state *state;                   /* a plan's copy: the call's request
+                                                          (sched/collective.c) */
+  } coll;
   struct {                                            /* GET: output index of the */
     int index;                                        /* control node it reads; the */
     int64_t offset;                                   /* byte offset there (a plan's copy) */
@@ -143,6 +157,11 @@ typedef struct graft__graph {
   struct graft__sub **subs;    /* subgraphs its control nodes run (one
                                   reference each) */
   int64_t n_subs, cap_subs;
+  /* The communicator its collectives use (ALLREDUCE: one per graph), and
+   * how many ALLREDUCE nodes it holds (their attr.coll.index: 0, 1, ...). */
+  unsigned char comm[GRAFT__COMM_BYTES];
+  int n_colls;
+  uint32_t last_coll;          /* the last ALLREDUCE's id (n_colls > 0) */
   char *name;
 } graft__graph;
 
@@ -387,6 +406,20 @@ int64_t graft__conv_out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t
  * in[0..n_in) with geometry a (ops.c; sticky errors as every op). */
 graft_value *graft__emit_conv(graft_trace *t, int op, int n_in, graft_value *const *in,
                               const struct graft__conv_attr *a);
+
+/* Emit a node of op with attributes attr (and, where its shape rule reads
+ * it, the node shape rank/shape) on in[0..n_in) (ops.c). */
+graft_value *graft__emit_attr(graft_trace *t, int op, int n_in, graft_value *const *in,
+                              const graft__attr *attr, int rank, const int64_t *shape);
+
+/* ---- MPI collectives (collective.c) ---------------------------------- */
+/* out[i] = the mean over the ranks of comm (GRAFT__COMM_BYTES of an
+ * MPI_Comm) of xs[i] (NULL: NULL), in buckets of at most bucket_bytes (0:
+ * 25 MiB) filled in index order, or from the last value with reverse.
+ * Returns the trace's sticky status. */
+graft_status graft__coll_emit(graft_trace *t, const unsigned char *comm, int n,
+                              graft_value *const *xs, graft_value **out, int64_t bucket_bytes,
+                              int reverse);
 
 /* ---- variables ------------------------------------------------------- */
 struct graft_variable {

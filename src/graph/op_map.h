@@ -121,7 +121,13 @@ enum graft__tile_kind { GRAFT__TILE_UNITS, GRAFT__TILE_GEMM, GRAFT__TILE_ONE };
   X(GET, "get", 1, get, GRAFT__OPF_INT, 1, UNITS)                                           \
   /* side effects */                                                              \
   X(ASSIGN, "assign", 1, assign, GRAFT__OPF_SIDE_EFFECT | GRAFT__OPF_ELEMWISE | GRAFT__OPF_INT, 1, UNITS) \
-  X(UPDATE, "update", -1, update, GRAFT__OPF_SIDE_EFFECT, 6, UNITS)
+  X(UPDATE, "update", -1, update, GRAFT__OPF_SIDE_EFFECT, 6, UNITS)                          \
+  /* collectives over MPI (attr.coll; dist/mpi.c traces them,                 \
+   * sched/collective.c runs them): ALLREDUCE packs its members and posts one  \
+   * non-blocking all-reduce; an ALLREDUCE_TAKE waits for it and writes one   \
+   * member's mean (it fails when the wait does: kept by pruning) */          \
+  X(ALLREDUCE, "allreduce_mean", -1, allreduce, 0, 1, ONE)                                   \
+  X(ALLREDUCE_TAKE, "allreduce_take", 1, allreduce_take, GRAFT__OPF_FALLIBLE, 1, UNITS)
 
 typedef enum graft__op {
 #define GRAFT__OP_ENUM_(e, name, arity, rule, flags, cost, tile) GRAFT__OP_##e,

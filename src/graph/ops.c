@@ -553,6 +553,12 @@ graft_value *graft__emit_conv(graft_trace *t, int op, int n_in, graft_value *con
   return emit(t, &sp, n_in, in);
 }
 
+graft_value *graft__emit_attr(graft_trace *t, int op, int n_in, graft_value *const *in,
+                              const graft__attr *attr, int rank, const int64_t *shape) {
+  spec sp = {.op = op, .attr = *attr, .rank = rank, .shape = shape};
+  return emit(t, &sp, n_in, in);
+}
+
 /* ---- variables ----------------------------------------------------------- */
 
 /* The value v has in this trace so far, or UINT32_MAX. */

@@ -730,3 +730,48 @@ graft_status graft__shape_unify(graft__shape_ctx *c, int rank, const int64_t *sy
   }
   return GRAFT_OK;
 }
+
+/* ALLREDUCE: its members (f32 or f64, one dtype) packed one after another,
+ * a rank-1 value; an input after the members is an order edge (unread). */
+graft_status graft__shape_allreduce(graft__shape_ctx *c, const graft__node *n,
+                                    const graft__shape *in, graft__shape *out) {
+  const int k = n->attr.coll.n_members;
+  shape_buf x;
+  if (k < 1 || n->n_in < k || n->n_in > k + 1)
+    return graft__shape_fail(c, GRAFT_EINTERNAL, "%d inputs for %d members", n->n_in, k);
+  int64_t total = 0;
+  int sym = 0;
+  for (int i = 0; i < k; i++) {
+    if (!is_float(in[i].dtype) || in[i].dtype != in[0].dtype)
+      return graft__shape_fail(c, GRAFT_EDTYPE, "value %d is %s%s (expected f32 or f64%s%s)", i,
+                               graft_dtype_name(in[i].dtype), shp(x, &in[i]),
+                               i ? ", the dtype of value 0: " : "",
+                               i ? graft_dtype_name(in[0].dtype) : "");
+    int64_t dims[GRAFT_MAX_RANK], numel;
+    for (int d = 0; d < in[i].rank; d++) {
+      dims[d] = res(c, in[i].dims[d]);
+      sym |= dims[d] < 0;
+    }
+    if (sym) continue;
+    numel = graft__numel(in[i].rank, dims);
+    if (numel < 0 || graft__size_add(total, numel, &total))
+      return graft__shape_fail(c, GRAFT_ESHAPE, "value %d %s: the packed size overflows", i,
+                               shp(x, &in[i]));
+  }
+  out->dtype = in[0].dtype;
+  out->rank = 1;
+  out->dims[0] = total;
+  if (sym && (out->dims[0] = derived(c)) == -1)
+    return graft__shape_fail(c, GRAFT_ENOMEM, "out of memory");
+  return GRAFT_OK;
+}
+
+/* ALLREDUCE_TAKE: the shape of the member it reads (the node's, made at
+ * trace time from the member's), in the ALLREDUCE's dtype. */
+graft_status graft__shape_allreduce_take(graft__shape_ctx *c, const graft__node *n,
+                                         const graft__shape *in, graft__shape *out) {
+  out->dtype = in[0].dtype;
+  out->rank = n->rank;
+  for (int d = 0; d < n->rank; d++) out->dims[d] = res(c, n->shape[d]);
+  return GRAFT_OK;
+}

@@ -24,6 +24,7 @@ graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reaso
   graft__kargs k = p->kargs[i];
   k.msg = reason;
   reason[0] = '\0';
+  if (p->coll) graft__coll_progress(p->coll); /* MPI moves only inside MPI calls */
   if (graft__exec_fault_hook) {
     graft_status st = graft__exec_fault_hook(p->order[i], t);
     if (st != GRAFT_OK) return st;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/dist.h"
 #include "sched/sched.h"
 
 #define DEFAULT_CAPACITY 16
@@ -55,6 +56,10 @@ struct graft_function {
   int busy;
   graft__graph *last_graph;
   graft__plan *last_plan;
+  /* The MPI communicator its traces' collectives use (graft/mpi.h): every
+   * call then agrees with the other ranks before and after it runs. */
+  unsigned char comm[GRAFT__COMM_BYTES];
+  int has_comm;
   char msg[GRAFT__MSG_LEN];
 };
 
@@ -701,29 +706,61 @@ static graft_status execute(graft_function *f, graft__plan *p, int alone) {
   return GRAFT_EINTERNAL;
 }
 
+/* The communicator of g's collectives becomes f's (one per function). */
+static graft_status note_comm(graft_function *f, const graft__graph *g) {
+  if (!g->n_colls) return GRAFT_OK;
+  if (f->has_comm && memcmp(f->comm, g->comm, GRAFT__COMM_BYTES))
+    return failf(f, GRAFT_EUNSUPPORTED, "%s: trace '%s' all-reduces over another communicator than "
+                 "the function's earlier traces (expected one per function)", f->name, g->name);
+  memcpy(f->comm, g->comm, GRAFT__COMM_BYTES);
+  f->has_comm = 1;
+  return GRAFT_OK;
+}
+
+/* A call of a function with collectives agrees with the other ranks on
+ * st (this rank's outcome so far; `when` says which vote): every rank
+ * gets GRAFT_OK only if every rank had it, else a failure, naming the
+ * rank where it happened.  Each rank votes twice per call that runs (before
+ * and after), once per call refused before running. */
+static graft_status agree(graft_function *f, graft_status st, const char *when) {
+  if (!f->has_comm) return st;
+  graft_status all = st;
+  int who = -1;
+  char why[GRAFT__MSG_LEN];
+  graft_status vs = graft__dist_vote(f->comm, f->rt->cfg.mpi_timeout, &all, &who, why);
+  if (vs) return st ? st : failf(f, vs, "%s: agreeing %s the call with the other ranks: %s",
+                                 f->name, when, why);
+  if (st || !all) return st;
+  return failf(f, all, "%s: rank %d %s (%s); no rank's variables or outputs changed", f->name,
+               who, strcmp(when, "before") ? "failed this call" : "refused this call before it ran",
+               graft_status_str(all));
+}
+
 static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const *in, int n_out,
                                 graft_tensor **out) {
   if (graft__runtime_destroyed(f->rt))
     return failf(f, GRAFT_EMISUSE, "%s: its runtime was destroyed (destroy functions before their "
                  "runtime)", f->name);
   graft_status st = check_inputs(f, n_in, in);
-  if (st) return st;
-  if (n_out != f->n_outputs)
-    return failf(f, GRAFT_EINVAL, "%s: called with %d outputs, the function has %d", f->name, n_out,
-                 f->n_outputs);
-  if (!out) return failf(f, GRAFT_EINVAL, "%s: output array is NULL", f->name);
+  if (!st && n_out != f->n_outputs)
+    st = failf(f, GRAFT_EINVAL, "%s: called with %d outputs, the function has %d", f->name, n_out,
+               f->n_outputs);
+  if (!st && !out) st = failf(f, GRAFT_EINVAL, "%s: output array is NULL", f->name);
 
   sigkey key;
   int64_t few_dims[4 * SMALL_CALL];
-  if (make_key(n_in, in, few_dims, sizeof few_dims, &key))
-    return failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
   graft__graph *g = NULL;
   graft__plan *p = NULL;
   int alone = 0;
-  st = get_graph(f, in, &key, &g);
-  if (!st) st = get_plan(f, g, in, &key, &p, &alone);
-  scratch_free(key.v, few_dims);
-  if (st) return st;
+  if (!st && make_key(n_in, in, few_dims, sizeof few_dims, &key))
+    st = failf(f, GRAFT_ENOMEM, "%s: out of memory", f->name);
+  else if (!st) {
+    st = get_graph(f, in, &key, &g);
+    if (!st) st = note_comm(f, g);
+    if (!st) st = get_plan(f, g, in, &key, &p, &alone);
+    scratch_free(key.v, few_dims);
+  }
+  if (st) return agree(f, st, "before");
   f->last_graph = g;
 
   /* mine[n_out], dst[n_out], direct[n_out] */
@@ -739,7 +776,17 @@ static graft_status call_locked(graft_function *f, int n_in, graft_tensor *const
   if (!st) st = bind(f, p, in, dst, direct);
   int64_t ctl[3] = {0, 0, 0};
   if (!st && p->has_ctl) graft__ctl_count(p, &ctl[0], &ctl[1], &ctl[2]);
-  if (!st) st = execute(f, p, alone);
+  int ran = 0;
+  st = agree(f, st, "before");
+  if (!st) {
+    ran = 1;
+    st = execute(f, p, alone);
+  }
+  if (ran && p->coll) { /* every rank's collectives complete, then the vote */
+    graft_status fs = graft__coll_finish(p, st, st ? NULL : f->msg);
+    if (!st) st = fs;
+  }
+  if (ran) st = agree(f, st, "after");
   if (p && p->has_ctl) { /* this call's body runs */
     int64_t now[3] = {0, 0, 0};
     graft__ctl_count(p, &now[0], &now[1], &now[2]);

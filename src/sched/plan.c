@@ -31,6 +31,7 @@ void graft__plan_destroy(graft__plan *p) {
   if (!p->arena_borrowed) graft__free(p->arena);
   graft__free(p->ctl_arena);
   graft__free(p->alias);
+  graft__coll_destroy(p->coll);
   unlink_plan(p);
   graft__free(p->work);
   graft__free(p->tiling);
@@ -293,7 +294,10 @@ static graft_status find_direct_assigns(graft__plan *p) {
   p->assign_direct = graft__calloc(na ? na : 1, 1);
   p->unstaged = graft__calloc(g->n_nodes ? g->n_nodes : 1, 1);
   if (!p->assign_direct || !p->unstaged) return GRAFT_ENOMEM;
-  if (!na) return GRAFT_OK;
+  /* With collectives every assign is staged: the ranks vote on the call's
+   * outcome after it runs (function.c), and only then may variables
+   * change. */
+  if (!na || p->coll) return GRAFT_OK;
   uint32_t *pos = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
   uint32_t *mark = graft__calloc(n ? n : 1, sizeof *mark);
   uint32_t *stack = graft__malloc((n ? n : 1) * sizeof *stack);
@@ -770,6 +774,10 @@ graft_status graft__plan_compile_dims(const graft__graph *g, const int64_t *cons
 
   graft_status st = infer_all(p, in, msg);
   if (st) { /* with its message (a value too large for memory included) */
+    graft__plan_destroy(p);
+    return st;
+  }
+  if ((st = graft__coll_attach(p, msg))) {
     graft__plan_destroy(p);
     return st;
   }

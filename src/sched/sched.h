@@ -133,6 +133,8 @@ typedef struct graft__plan {
                                (UINT32_MAX for every other node; the array
                                NULL without control flow): plan.c */
   graft__plan_opts opts;    /* as compiled (bodies compile with them) */
+  /* MPI collectives (collective.c): the ALLREDUCE nodes' states, or NULL. */
+  struct graft__coll_plan *coll;
 } graft__plan;
 
 /* The concrete view of graph node id. */
@@ -276,6 +278,20 @@ static inline void graft__tile_range(const graft__tiling *tl, int64_t t, int64_t
  * and keeping chains whole; fill the partition stats. */
 graft_status graft__plan_partition(graft__plan *p, int n_parts);
 void graft__plan_destroy(graft__plan *p);
+
+/* ---- MPI collectives (collective.c; graft/mpi.h) ---------------------- */
+typedef struct graft__coll_plan graft__coll_plan;
+/* At compile, after shapes: p->coll for a plan holding ALLREDUCE nodes
+ * (each and its TAKEs get their state in the plan's copy of the node). */
+graft_status graft__coll_attach(graft__plan *p, char *msg);
+void graft__coll_destroy(graft__coll_plan *cp);
+/* Between tiles: poll the posted requests (cheap when none is pending). */
+void graft__coll_progress(graft__coll_plan *cp);
+/* After running p (failed: the executor's status): wait for every posted
+ * request and, after a failure, post the buckets this call never did, so
+ * the other ranks' collectives complete.  GRAFT_EIO on an MPI error or a
+ * timeout (msg). */
+graft_status graft__coll_finish(graft__plan *p, graft_status failed, char *msg);
 
 /* Run the plan's compute nodes one after another on the calling thread.
  * The caller has bound the data pointers of external views. */
