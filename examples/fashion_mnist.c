@@ -13,15 +13,30 @@
  * count, so --load resumes exactly), metrics.csv and curves.png (gnuplot)
  * into --out DIR.
  *
+ * With --mpi (a graft built with MPI), under mpirun: data-parallel
+ * training.  Every rank shuffles with the same seed and trains on its
+ * equal share of each global batch of --batch images (fm_trainer_shard);
+ * the step all-reduces the gradients (graft_module_allreduce_gradients)
+ * before the update, so every rank applies the update of the whole batch;
+ * rank 0's initial variables (or its --load) are broadcast first
+ * (graft_module_broadcast), and at the end the ranks check that they hold
+ * the same bits (graft_module_replicas_equal).  Rank 0 alone prints, writes
+ * the outputs and evaluates, on the whole test set.
+ *
  *   fashion_mnist [--model mlp|cnn] [--epochs N] [--batch N] [--lr X]
  *                 [--optimizer sgd|momentum|adam|adamw] [--threads N]
  *                 [--seed N] [--limit N] [--data DIR] [--out DIR]
  *                 [--save FILE] [--load FILE] [--trace FILE] [--dot FILE]
+ *                 [--mpi] [--bucket-kib N]
  *
  * Exit status: 0 on success, 1 on a failure (its message on stderr), 2 on
  * a bad command line.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_* (--mpi) */
+
 #include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +58,8 @@ typedef struct options {
   int epochs, threads;
   int64_t batch, limit;
   const char *data, *out, *save, *load, *trace, *dot;
+  int mpi;            /* --mpi */
+  int64_t bucket_kib; /* --bucket-kib (0: graft's default) */
 } options;
 
 static void usage(FILE *to) {
@@ -65,8 +82,15 @@ static void usage(FILE *to) {
       "(default " DEFAULT_OUT ")\n"
       "  --save FILE           the checkpoint's path (default OUT/checkpoint.safetensors)\n"
       "  --load FILE           start from a checkpoint (resume training, or evaluate)\n"
-      "  --trace FILE          Chrome trace (Perfetto) of one training step\n"
-      "  --dot FILE            the training step's graph (Graphviz DOT)\n");
+      "  --trace FILE          Chrome trace (Perfetto) of one training step (--mpi: rank\n"
+      "                        R > 0 writes FILE.rankR)\n"
+      "  --dot FILE            the training step's graph (Graphviz DOT)\n"
+      "  --mpi                 data-parallel training over MPI (run under mpirun; needs a\n"
+      "                        graft built with MPI): each rank trains on its share of\n"
+      "                        every batch, the gradients are all-reduced; rank 0 prints\n"
+      "                        and writes the outputs\n"
+      "  --bucket-kib N        with --mpi: all-reduce buckets of N KiB (default: graft's,\n"
+      "                        25 MiB)\n");
 }
 
 static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
@@ -93,6 +117,10 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       exit(0);
+    }
+    if (!strcmp(a, "--mpi")) { /* the one option without a value */
+      o->mpi = 1;
+      continue;
     }
     if (strncmp(a, "--", 2) || i + 1 >= argc) {
       fprintf(stderr, PROG ": %s: %s\n", a,
@@ -150,6 +178,8 @@ static int parse_args(int argc, char **argv, options *o) {
       o->trace = v;
     } else if (!strcmp(a, "--dot")) {
       o->dot = v;
+    } else if (!strcmp(a, "--bucket-kib")) {
+      if (parse_int(a, v, 1, 1 << 22, &o->bucket_kib)) return -1;
     } else {
       fprintf(stderr, PROG ": unknown option %s\n", a);
       usage(stderr);
@@ -161,6 +191,18 @@ static int parse_args(int argc, char **argv, options *o) {
     fprintf(stderr, PROG ": --epochs 0 only evaluates a model given by --load\n");
     return -1;
   }
+  if (o->bucket_kib && !o->mpi) {
+    fprintf(stderr, PROG ": --bucket-kib sizes the all-reduce of --mpi, which is not given\n");
+    return -1;
+  }
+#if !GRAFT_HAVE_MPI
+  if (o->mpi) {
+    fprintf(stderr, PROG ": --mpi: this graft was built without MPI (GRAFT_HAVE_MPI is 0): "
+                    "install Open MPI (Debian: libopenmpi-dev openmpi-bin) and rebuild with "
+                    "meson -Dmpi=enabled\n");
+    return -1;
+  }
+#endif
   return 0;
 }
 
@@ -173,8 +215,109 @@ typedef struct run {
   fm_model m;
   idx_dataset train, test;
   fm_trainer tr;
+  int rank, ranks;  /* 0 of 1 without --mpi */
+  int shared_cpus;  /* another rank on this node may run on this one's CPUs */
+#if GRAFT_HAVE_MPI
+  MPI_Comm comm; /* the training step's: a duplicate of MPI_COMM_WORLD */
+#endif
   char err[1024];
 } run;
+
+/* printf on rank 0; the other ranks print nothing but their errors. */
+static void say(const run *r, const char *fmt, ...) {
+  if (r->rank) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+}
+
+/* ---- MPI ---------------------------------------------------------------------- */
+
+#if GRAFT_HAVE_MPI
+/* 1 when a CPU this rank may run on is also another rank's on this node
+ * (mpirun --bind-to none): graft binds a runtime's workers to the PUs the
+ * process may use, first to last, so every such rank would put its first
+ * worker on the same PU. */
+static int shares_cpus(void) {
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+      MPI_SUCCESS)
+    return 0;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine)) CPU_ZERO(&mine);
+  static int use[CPU_SETSIZE], all[CPU_SETSIZE]; /* ranks of the node that may use each */
+  for (int c = 0; c < CPU_SETSIZE; c++) use[c] = CPU_ISSET(c, &mine) != 0;
+  int shared = 0;
+  if (MPI_Allreduce(use, all, CPU_SETSIZE, MPI_INT, MPI_SUM, node) == MPI_SUCCESS)
+    for (int c = 0; c < CPU_SETSIZE; c++) shared |= use[c] && all[c] > 1;
+  MPI_Comm_free(&node);
+  return shared;
+}
+
+/* MPI_Init_thread at MPI_THREAD_SERIALIZED (graft's workers post and
+ * finish the all-reduces, one at a time) and the step's communicator. */
+static int mpi_start(run *r, int *argc, char ***argv) {
+  int provided;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    snprintf(r->err, sizeof r->err, "MPI_Init_thread failed");
+    return -1;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &r->ranks);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    snprintf(r->err, sizeof r->err,
+             "MPI provides thread level %d, below MPI_THREAD_SERIALIZED (%d), which graft needs",
+             provided, MPI_THREAD_SERIALIZED);
+    return -1;
+  }
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &r->comm) != MPI_SUCCESS) {
+    snprintf(r->err, sizeof r->err, "MPI_Comm_dup failed");
+    return -1;
+  }
+  r->shared_cpus = shares_cpus();
+  if (r->o->batch % r->ranks) {
+    snprintf(r->err, sizeof r->err,
+             "--batch %lld does not split into %d equal shares: give a batch that divides by "
+             "the number of ranks",
+             (long long)r->o->batch, r->ranks);
+    return -1;
+  }
+  return 0;
+}
+#endif
+
+/* Every rank's rc agreed: -1 on every rank when any failed (a rank that did
+ * not fail says so in err; the one that did printed its own reason), so
+ * that no rank goes on to wait for another that stopped. */
+static int agree(run *r, int rc) {
+#if GRAFT_HAVE_MPI
+  if (r->ranks > 1) {
+    int mine = rc != 0, any = mine;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any && !mine) snprintf(r->err, sizeof r->err, "stopped: another rank failed");
+    return any ? -1 : 0;
+  }
+#endif
+  (void)r;
+  return rc;
+}
+
+/* The sums of this epoch's training figures over the ranks. */
+static void sum_over_ranks(run *r, double *loss_sum, int64_t *right, int64_t *rows) {
+#if GRAFT_HAVE_MPI
+  if (r->ranks > 1) {
+    double v[3] = {*loss_sum, (double)*right, (double)*rows}, all[3];
+    MPI_Allreduce(v, all, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    *loss_sum = all[0];
+    *right = (int64_t)all[1];
+    *rows = (int64_t)all[2];
+  }
+#else
+  (void)r, (void)loss_sum, (void)right, (void)rows;
+#endif
+}
 
 /* The Chrome trace of one step: a runtime that writes it, and a step
  * function on that runtime; the file is complete once the runtime is gone. */
@@ -182,7 +325,9 @@ static int traced_step(run *r, int64_t at, int64_t *b, double *loss, int64_t *ri
   graft_runtime_opts opts;
   graft_runtime_opts_init(&opts);
   opts.num_threads = graft_runtime_num_threads(r->rt);
-  opts.trace_path = r->o->trace;
+  char path[4096];
+  snprintf(path, sizeof path, r->rank ? "%s.rank%d" : "%s", r->o->trace, r->rank);
+  opts.trace_path = path;
   graft_runtime *trt = NULL;
   graft_function *f = NULL;
   graft_status s = graft_runtime_create(&opts, &trt);
@@ -206,8 +351,8 @@ static int write_dot(run *r) {
     return -1;
   }
   if (s) return fm_fail(s, "graft_function_write_dot", r->err, sizeof r->err);
-  printf("graph of the training step written to %s (render: dot -Tsvg %s -o step.svg)\n", r->o->dot,
-         r->o->dot);
+  say(r, "graph of the training step written to %s (render: dot -Tsvg %s -o step.svg)\n", r->o->dot,
+      r->o->dot);
   return 0;
 }
 
@@ -218,7 +363,7 @@ static int train_epoch(run *r, int epoch, fm_epoch *e) {
   fm_progress p;
   fm_progress_begin(&p, stdout, epoch, o->epochs, tr->n, tr->n * (o->epochs - epoch));
   double loss_sum = 0.0, start = fm_now_us();
-  int64_t right_sum = 0;
+  int64_t right_sum = 0, rows = 0; /* this rank's */
   for (int64_t at = 0, b; at < tr->n; at += b) {
     double loss;
     int64_t right, first_step = tr->steps == 0;
@@ -228,23 +373,30 @@ static int train_epoch(run *r, int epoch, fm_epoch *e) {
                  ? traced_step(r, at, &b, &loss, &right)
                  : fm_trainer_step(tr, r->m.step, at, &b, &loss, &right, r->err, sizeof r->err);
     if (rc) return -1;
-    loss_sum += loss * (double)b;
+    loss_sum += loss * (double)tr->last_rows;
     right_sum += right;
-    if (first_step && o->dot && write_dot(r)) return -1;
-    fm_progress_update(&p, at + b, loss_sum / (double)(at + b),
-                       (double)right_sum / (double)(at + b));
+    rows += tr->last_rows;
+    if (first_step && o->dot && !r->rank && write_dot(r)) return -1;
+    /* With --mpi: rank 0's share so far (the epoch's line has all). */
+    if (!r->rank && rows)
+      fm_progress_update(&p, at + b, loss_sum / (double)rows, (double)right_sum / (double)rows);
   }
   double secs = (fm_now_us() - start) * 1e-6;
-  fm_eval ev;
-  if (fm_evaluate(&r->m, &r->test, 0, EVAL_BATCH, &ev, r->err, sizeof r->err)) return -1;
+  sum_over_ranks(r, &loss_sum, &right_sum, &rows);
+  /* The test set is small: rank 0 evaluates it whole while the others
+   * wait for it in agree. */
+  fm_eval ev = {0};
+  if (!r->rank && fm_evaluate(&r->m, &r->test, 0, EVAL_BATCH, &ev, r->err, sizeof r->err))
+    return agree(r, -1);
+  if (agree(r, 0)) return -1;
   *e = (fm_epoch){.epoch = epoch,
-                  .train_loss = loss_sum / (double)tr->n,
-                  .train_accuracy = (double)right_sum / (double)tr->n,
+                  .train_loss = loss_sum / (double)rows,
+                  .train_accuracy = (double)right_sum / (double)rows,
                   .test_loss = ev.loss,
                   .test_accuracy = ev.accuracy,
                   .images_per_s = (double)tr->n / secs,
                   .seconds = secs};
-  fm_progress_end(&p, e);
+  if (!r->rank) fm_progress_end(&p, e);
   return 0;
 }
 
@@ -278,9 +430,11 @@ static int load_data(run *r) {
   if (fm_trainer_init(&r->tr, &r->m, &r->train, r->o->limit, r->o->batch, r->o->epochs, r->err,
                       sizeof r->err))
     return -1;
-  printf("data: %lld training images (of %lld), %lld test images from %s (%.2f s)\n",
-         (long long)r->tr.n, (long long)r->train.n, (long long)r->test.n, r->o->data,
-         (fm_now_us() - t0) * 1e-6);
+  if (r->ranks > 1 && fm_trainer_shard(&r->tr, r->rank, r->ranks, r->err, sizeof r->err))
+    return -1;
+  say(r, "data: %lld training images (of %lld), %lld test images from %s (%.2f s)\n",
+      (long long)r->tr.n, (long long)r->train.n, (long long)r->test.n, r->o->data,
+      (fm_now_us() - t0) * 1e-6);
   return 0;
 }
 
@@ -295,21 +449,46 @@ static int setup(run *r) {
   opts.num_threads = o->threads                                                 ? o->threads
                      : getenv("GRAFT_NUM_THREADS") || getenv("OMP_NUM_THREADS") ? 0
                                                                                 : 1;
+  /* --mpi with ranks that share CPUs: the OS spreads the ranks' workers,
+   * unless GRAFT_BIND says otherwise (graft_runtime_opts.bind would
+   * override it). */
+  if (r->shared_cpus && !getenv("GRAFT_BIND")) opts.bind = -1;
   /* A bad GRAFT_* value fails here; the message names the variable. */
   graft_status s = graft_runtime_create(&opts, &r->rt);
   if (s) return fm_fail(s, "graft_runtime_create", r->err, sizeof r->err);
   char desc[256];
   graft_runtime_describe(r->rt, desc, sizeof desc);
-  printf("runtime: %s\n", desc);
-  if (fm_model_create(r->rt, &o->cfg, &r->m, r->err, sizeof r->err)) return -1;
+  say(r, "runtime: %s%s\n", desc,
+      opts.bind == -1 ? " (binding off: this node's ranks share its CPUs, as under mpirun "
+                        "--bind-to none; GRAFT_BIND=true binds)"
+                      : "");
+  fm_config cfg = o->cfg;
+#if GRAFT_HAVE_MPI
+  if (o->mpi) {
+    cfg.dp = 1;
+    cfg.comm = r->comm;
+    cfg.bucket_bytes = o->bucket_kib * 1024;
+  }
+#endif
+  if (fm_model_create(r->rt, &cfg, &r->m, r->err, sizeof r->err)) return -1;
   int64_t params = 0;
   for (int i = 0; i < r->m.n_params; i++)
     params += graft_tensor_numel(graft_variable_value(r->m.params[i]));
-  printf("model: %s, %lld parameters; optimizer %s, lr %g; batch %lld; seed %llu\n",
-         fm_arch_name(o->cfg.arch), (long long)params, optimizer_name(o->cfg.optimizer),
-         o->cfg.lr > 0 ? o->cfg.lr : fm_default_lr(o->cfg.optimizer), (long long)o->batch,
-         (unsigned long long)o->cfg.seed);
-  if (o->load) {
+  say(r, "model: %s, %lld parameters; optimizer %s, lr %g; batch %lld; seed %llu\n",
+      fm_arch_name(o->cfg.arch), (long long)params, optimizer_name(o->cfg.optimizer),
+      o->cfg.lr > 0 ? o->cfg.lr : fm_default_lr(o->cfg.optimizer), (long long)o->batch,
+      (unsigned long long)o->cfg.seed);
+  if (o->mpi) {
+    char bucket[64] = "graft's default";
+    if (o->bucket_kib) snprintf(bucket, sizeof bucket, "%lld KiB", (long long)o->bucket_kib);
+    say(r,
+        "data parallel over MPI: %d rank%s, each training on %lld images of every batch of "
+        "%lld; gradients (%.2f MiB) all-reduced in buckets of %s\n",
+        r->ranks, r->ranks == 1 ? "" : "s", (long long)(o->batch / r->ranks), (long long)o->batch,
+        (double)params * 4.0 / 1048576.0, bucket);
+  }
+  /* With --mpi, rank 0 loads and its variables are broadcast (main). */
+  if (o->load && !r->rank) {
     s = graft_module_load(r->m.root, o->load, 0);
     if (s) {
       fm_fail(s, "--load", r->err, sizeof r->err);
@@ -323,15 +502,53 @@ static int setup(run *r) {
   return 0;
 }
 
+/* --mpi: every rank starts from rank 0's variables (its weights, or what
+ * it loaded: the weights, the optimizer's state and step count). */
+static int broadcast(run *r) {
+#if GRAFT_HAVE_MPI
+  if (r->o->mpi) {
+    graft_status s = graft_module_broadcast(r->m.root, r->comm, 0);
+    if (s) return fm_fail(s, "graft_module_broadcast", r->err, sizeof r->err);
+  }
+#endif
+  (void)r;
+  return 0;
+}
+
+/* --mpi, after training: every rank holds the same bits, or the run fails. */
+static int check_replicas(run *r) {
+#if GRAFT_HAVE_MPI
+  if (r->o->mpi) {
+    int equal = 0;
+    graft_status s = graft_module_replicas_equal(r->m.root, r->comm, &equal);
+    if (s) return fm_fail(s, "graft_module_replicas_equal", r->err, sizeof r->err);
+    if (!equal) {
+      snprintf(r->err, sizeof r->err,
+               "graft_module_replicas_equal: the %d ranks' variables differ after training",
+               r->ranks);
+      return -1;
+    }
+    say(r, "replicas: %s\n",
+        r->ranks == 1 ? "one rank (nothing to compare)"
+                      : "every rank holds the same bits (graft_module_replicas_equal)");
+  }
+#endif
+  (void)r;
+  return 0;
+}
+
 static int finish(run *r, const fm_epoch *epochs, int n_epochs, double train_s) {
   const options *o = r->o;
   fm_eval ev;
   if (fm_evaluate(&r->m, &r->test, 0, EVAL_BATCH, &ev, r->err, sizeof r->err)) return -1;
-  if (n_epochs)
-    printf("trained %d epoch%s in %.1f s: %.0f images/s (%lld steps of batch %lld, %d thread%s)\n",
+  if (n_epochs) {
+    char ranks[64] = "";
+    if (o->mpi) snprintf(ranks, sizeof ranks, " on each of %d ranks", r->ranks);
+    printf("trained %d epoch%s in %.1f s: %.0f images/s (%lld steps of batch %lld, %d thread%s%s)\n",
            n_epochs, n_epochs == 1 ? "" : "s", train_s, (double)r->tr.n * n_epochs / train_s,
            (long long)r->tr.steps, (long long)o->batch, graft_runtime_num_threads(r->rt),
-           graft_runtime_num_threads(r->rt) == 1 ? "" : "s");
+           graft_runtime_num_threads(r->rt) == 1 ? "" : "s", ranks);
+  }
   fm_print_results(stdout, &ev);
   printf("\ntraining step: traced %d time(s); evaluation: traced %d time(s) for full and "
          "partial batches\n",
@@ -370,28 +587,45 @@ static void run_free(run *r) {
   graft_runtime_destroy(r->rt);
   idx_dataset_free(&r->train);
   idx_dataset_free(&r->test);
+#if GRAFT_HAVE_MPI
+  int initialized = 0;
+  if (r->o->mpi && MPI_Initialized(&initialized) == MPI_SUCCESS && initialized) {
+    if (r->comm != MPI_COMM_NULL) MPI_Comm_free(&r->comm);
+    MPI_Finalize();
+  }
+#endif
 }
 
 int main(int argc, char **argv) {
   double t0 = fm_now_us();
   options o;
   if (parse_args(argc, argv, &o)) return 2;
-  run r = {.o = &o};
+  run r = {.o = &o, .ranks = 1};
+  int rc = 0;
+#if GRAFT_HAVE_MPI
+  r.comm = MPI_COMM_NULL;
+  if (o.mpi) rc = mpi_start(&r, &argc, &argv);
+#endif
   fm_epoch *epochs = calloc((size_t)o.epochs + 1, sizeof *epochs);
-  int rc = epochs ? 0 : -1;
-  if (!epochs) snprintf(r.err, sizeof r.err, "out of memory");
+  if (!rc && !epochs) rc = -1, snprintf(r.err, sizeof r.err, "out of memory");
+  /* Each step agrees on failure itself (graft/mpi.h); between steps the
+   * ranks agree here, so that none waits for one that stopped. */
   if (!rc) rc = setup(&r);
-  if (!rc) rc = load_data(&r);
+  if (!(rc = agree(&r, rc))) rc = agree(&r, broadcast(&r));
+  if (!rc) rc = agree(&r, load_data(&r));
   double train_s = 0.0;
   for (int e = 1; e <= o.epochs && !rc; e++) {
     rc = train_epoch(&r, e, &epochs[e - 1]);
     train_s += epochs[e - 1].seconds;
   }
-  if (!rc) rc = finish(&r, epochs, o.epochs, train_s);
-  if (rc)
+  if (!rc) rc = agree(&r, check_replicas(&r));
+  if (!rc && !r.rank) rc = finish(&r, epochs, o.epochs, train_s);
+  if (rc && r.ranks > 1)
+    fprintf(stderr, PROG ": rank %d: %s\n", r.rank, r.err);
+  else if (rc)
     fprintf(stderr, PROG ": %s\n", r.err);
   else
-    printf("total time: %.1f s\n", (fm_now_us() - t0) * 1e-6);
+    say(&r, "total time: %.1f s\n", (fm_now_us() - t0) * 1e-6);
   run_free(&r);
   free(epochs);
   return rc ? 1 : 0;

@@ -135,6 +135,16 @@ static graft_status step_trace(graft_trace *t, int n_in, graft_value *const *in,
   graft_value *loss = graft_softmax_cross_entropy(t, logits, in[1]);
   graft_status s = graft_gradients(t, 1, &loss, NULL, m->n_params, p, GRAFT_UNCONNECTED_ZERO, g);
   if (s) return s;
+#if GRAFT_HAVE_MPI
+  if (m->dp) {
+    /* Each rank's gradient is its shard's mean; their mean over the ranks
+     * is the gradient of the whole batch, and every rank applies the same
+     * update. */
+    const graft_allreduce_opts ar = {.bucket_bytes = m->bucket_bytes};
+    s = graft_module_allreduce_gradients(t, m->net, m->comm, m->n_params, g, g, &ar);
+    if (s) return s;
+  }
+#endif
   s = graft_optimizer_apply(t, m->opt, m->n_params, g);
   if (s) return s;
   out[0] = loss;
@@ -175,6 +185,26 @@ int fm_step_function(graft_runtime *rt, fm_model *m, graft_function **out, char 
   return function_create(rt, m, "train_step", step_trace, out, err, errlen);
 }
 
+#if GRAFT_HAVE_MPI
+/* The step's all-reduce pairs grads[i] with the i-th trainable variable of
+ * the network module: the order of m->params, which this checks. */
+static int dp_setup(fm_model *m, const fm_config *cfg, char *err, size_t errlen) {
+  graft_variable *vars[FM_MAX_PARAMS];
+  int64_t n = 0;
+  graft_status s = graft_module_trainable_variables(m->net, FM_MAX_PARAMS, vars, &n);
+  if (s) return fm_fail(s, "graft_module_trainable_variables", err, errlen);
+  for (int i = 0; i < m->n_params; i++)
+    if (n != m->n_params || vars[i] != m->params[i]) {
+      snprintf(err, errlen, "the network's trainable variables are not its parameters in order");
+      return -1;
+    }
+  m->dp = 1;
+  m->comm = cfg->comm;
+  m->bucket_bytes = cfg->bucket_bytes;
+  return 0;
+}
+#endif
+
 int fm_model_create(graft_runtime *rt, const fm_config *cfg, fm_model *m, char *err,
                     size_t errlen) {
   memset(m, 0, sizeof *m);
@@ -203,6 +233,9 @@ int fm_model_create(graft_runtime *rt, const fm_config *cfg, fm_model *m, char *
         layer_create(m, "fc2", 2, f2, &rng, err, errlen))
       goto fail;
   }
+#if GRAFT_HAVE_MPI
+  if (cfg->dp && dp_setup(m, cfg, err, errlen)) goto fail;
+#endif
   m->base_lr = cfg->lr > 0 ? cfg->lr : fm_default_lr(cfg->optimizer);
   const float lr0 = (float)m->base_lr;
   if ((s = graft_variable_create(NULL, "lr", GRAFT_F32, 0, NULL, &lr0, 0, &m->lr))) {
@@ -311,6 +344,22 @@ out:
 
 /* ---- training --------------------------------------------------------------------- */
 
+/* x [rows, 784] and labels [rows] over the trainer's buffers, and the
+ * logits [rows, 10] (t[0..3), all or none). */
+static graft_status batch_tensors(fm_trainer *tr, int64_t rows, graft_tensor **t) {
+  const int64_t xs[2] = {rows, FM_PIXELS}, ls[1] = {rows}, os[2] = {rows, FM_CLASSES};
+  t[0] = t[1] = t[2] = NULL;
+  graft_status s = graft_tensor_wrap(GRAFT_F32, 2, xs, tr->x, &t[0]);
+  if (!s) s = graft_tensor_wrap(GRAFT_I32, 1, ls, tr->labels, &t[1]);
+  if (!s) s = graft_tensor_create(GRAFT_F32, 2, os, &t[2]);
+  if (s)
+    for (int i = 0; i < 3; i++) {
+      graft_tensor_destroy(t[i]);
+      t[i] = NULL;
+    }
+  return s;
+}
+
 int fm_trainer_init(fm_trainer *tr, fm_model *m, const idx_dataset *d, int64_t n, int64_t batch,
                     int epochs, char *err, size_t errlen) {
   memset(tr, 0, sizeof *tr);
@@ -329,17 +378,39 @@ int fm_trainer_init(fm_trainer *tr, fm_model *m, const idx_dataset *d, int64_t n
     return -1;
   }
   for (int64_t i = 0; i < tr->n; i++) tr->order[i] = i;
-  const int64_t xs[2] = {batch, FM_PIXELS}, ls[1] = {batch}, os[2] = {batch, FM_CLASSES};
-  graft_status s;
-  if ((s = graft_tensor_wrap(GRAFT_F32, 2, xs, tr->x, &tr->in[0])) ||
-      (s = graft_tensor_wrap(GRAFT_I32, 1, ls, tr->labels, &tr->in[1])) ||
-      (s = graft_tensor_create(GRAFT_F32, 0, NULL, &tr->out[0])) ||
-      (s = graft_tensor_create(GRAFT_F32, 2, os, &tr->out[1])) ||
-      (s = graft_tensor_create(GRAFT_F32, 0, NULL, &tr->lr))) {
+  tr->ranks = 1;
+  tr->rows = batch;
+  graft_tensor *t[3];
+  graft_status s = batch_tensors(tr, batch, t);
+  if (!s) s = graft_tensor_create(GRAFT_F32, 0, NULL, &tr->out[0]);
+  if (!s) s = graft_tensor_create(GRAFT_F32, 0, NULL, &tr->lr);
+  tr->in[0] = t[0], tr->in[1] = t[1], tr->out[1] = t[2];
+  if (s) {
     fm_fail(s, "graft_tensor_create", err, errlen);
     fm_trainer_free(tr);
     return -1;
   }
+  return 0;
+}
+
+int fm_trainer_shard(fm_trainer *tr, int rank, int ranks, char *err, size_t errlen) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || tr->batch % ranks) {
+    snprintf(err, errlen,
+             "the batch of %lld images does not split into %d equal shares (rank %d): give a "
+             "--batch that divides by the number of ranks",
+             (long long)tr->batch, ranks, rank);
+    return -1;
+  }
+  graft_tensor *t[3];
+  graft_status s = batch_tensors(tr, tr->batch / ranks, t);
+  if (s) return fm_fail(s, "graft_tensor_create", err, errlen);
+  graft_tensor_destroy(tr->in[0]);
+  graft_tensor_destroy(tr->in[1]);
+  graft_tensor_destroy(tr->out[1]);
+  tr->in[0] = t[0], tr->in[1] = t[1], tr->out[1] = t[2];
+  tr->rank = rank;
+  tr->ranks = ranks;
+  tr->rows = tr->batch / ranks;
   return 0;
 }
 
@@ -368,12 +439,20 @@ void fm_trainer_shuffle(fm_trainer *tr, uint64_t seed, int epoch) {
 
 int fm_trainer_step(fm_trainer *tr, graft_function *f, int64_t at, int64_t *b, double *loss,
                     int64_t *right, char *err, size_t errlen) {
-  int64_t k = tr->n - at < tr->batch ? tr->n - at : tr->batch;
-  *b = k;
-  fm_batch_fill(tr->d, tr->order + at, k, tr->x, tr->labels);
+  int64_t all = tr->n - at < tr->batch ? tr->n - at : tr->batch;
+  /* This rank's equal share of the batch (all of it on one rank). */
+  int64_t k = all / tr->ranks;
+  *b = all;
+  tr->last_rows = k;
+  if (k == 0) { /* fewer images left than ranks: every rank skips them */
+    *loss = 0.0;
+    *right = 0;
+    return 0;
+  }
+  fm_batch_fill(tr->d, tr->order + at + tr->rank * k, k, tr->x, tr->labels);
   graft_tensor *in[2] = {tr->in[0], tr->in[1]}, *out[2] = {tr->out[0], tr->out[1]};
   graft_status s = GRAFT_OK;
-  if (k != tr->batch) { /* the last, partial batch: tensors of its size */
+  if (k != tr->rows) { /* the last, partial batch: tensors of its size */
     const int64_t xs[2] = {k, FM_PIXELS}, ls[1] = {k};
     in[0] = in[1] = out[0] = out[1] = NULL;
     s = graft_tensor_wrap(GRAFT_F32, 2, xs, tr->x, &in[0]);
@@ -394,7 +473,7 @@ int fm_trainer_step(fm_trainer *tr, graft_function *f, int64_t at, int64_t *b, d
     for (int64_t i = 0; i < k; i++) *right += tr->pred[i] == tr->labels[i];
     tr->steps++;
   }
-  if (k != tr->batch)
+  if (k != tr->rows)
     for (int i = 0; i < 2; i++) {
       graft_tensor_destroy(in[i]);
       graft_tensor_destroy(out[i]);
@@ -406,15 +485,16 @@ int fm_train_epoch(fm_trainer *tr, uint64_t seed, int epoch, double *loss, doubl
                    char *err, size_t errlen) {
   fm_trainer_shuffle(tr, seed, epoch);
   double loss_sum = 0.0;
-  int64_t right_sum = 0;
+  int64_t right_sum = 0, rows = 0;
   for (int64_t at = 0, b; at < tr->n; at += b) {
     double l;
     int64_t right;
     if (fm_trainer_step(tr, tr->m->step, at, &b, &l, &right, err, errlen)) return -1;
-    loss_sum += l * (double)b;
+    loss_sum += l * (double)tr->last_rows;
     right_sum += right;
+    rows += tr->last_rows;
   }
-  *loss = loss_sum / (double)tr->n;
-  *accuracy = (double)right_sum / (double)tr->n;
+  *loss = loss_sum / (double)rows;
+  *accuracy = (double)right_sum / (double)rows;
   return 0;
 }

@@ -21,6 +21,12 @@
  * Pixels are normalized on the host as they are gathered into a batch
  * (fm_batch_fill), with Fashion-MNIST's training mean and deviation.
  *
+ * Data parallel (fashion_mnist --mpi; builds with MPI only): with
+ * fm_config.dp set, the step averages the gradients over the ranks of
+ * fm_config.comm (graft_module_allreduce_gradients) before the update, and
+ * fm_trainer_shard makes each rank train on its share of every global
+ * batch.
+ *
  * Used by examples/fashion_mnist.c, tests/examples/test_fashion_train.c and
  * bench/bench_fashion.c.
  */
@@ -32,6 +38,9 @@
 
 #include "graft.h"
 #include "idx.h"
+#if GRAFT_HAVE_MPI
+#include "graft/mpi.h"
+#endif
 
 #define FM_CLASSES 10
 #define FM_SIDE 28
@@ -50,6 +59,11 @@ typedef struct fm_config {
   graft_optimizer_kind optimizer;
   double lr;     /* <= 0: the optimizer's default (fm_default_lr) */
   uint64_t seed; /* initial weights */
+#if GRAFT_HAVE_MPI
+  int dp;               /* nonzero: all-reduce the gradients over comm */
+  MPI_Comm comm;        /* every rank traces the same step on it */
+  int64_t bucket_bytes; /* graft_allreduce_opts.bucket_bytes (0: graft's) */
+#endif
 } fm_config;
 
 typedef struct fm_model {
@@ -61,13 +75,20 @@ typedef struct fm_model {
   graft_variable *params[FM_MAX_PARAMS];
   int n_params;
   graft_function *step, *eval;
+#if GRAFT_HAVE_MPI
+  int dp; /* fm_config's */
+  MPI_Comm comm;
+  int64_t bucket_bytes;
+#endif
 } fm_model;
 
 /* The learning rate used when none is given. */
 double fm_default_lr(graft_optimizer_kind k);
 
 /* Build the tree (weights drawn from cfg->seed) and the two functions on
- * rt.  0, or -1 with the reason in err; on failure m is zeroed. */
+ * rt.  0, or -1 with the reason in err; on failure m is zeroed.  With
+ * cfg->dp the ranks still draw their own weights: broadcast rank 0's
+ * (graft_module_broadcast of m->root) before the first step. */
 int fm_model_create(graft_runtime *rt, const fm_config *cfg, fm_model *m, char *err, size_t errlen);
 void fm_model_destroy(fm_model *m);
 
@@ -104,7 +125,9 @@ int fm_evaluate(fm_model *m, const idx_dataset *d, int64_t n, int64_t batch, fm_
                 char *err, size_t errlen);
 
 /* The training loop's state: the shuffled order and one batch's buffers
- * and tensors, reused by every full batch. */
+ * and tensors, reused by every full batch.  A step takes the next batch
+ * images of the order (the global batch); a rank of ranks trains on its
+ * share of them, rows rows (fm_trainer_shard; one rank: all). */
 typedef struct fm_trainer {
   fm_model *m;
   const idx_dataset *d;
@@ -115,6 +138,9 @@ typedef struct fm_trainer {
   graft_tensor *in[2], *out[2], *lr;
   int64_t steps;       /* steps taken */
   int64_t total_steps; /* of the schedule */
+  int rank, ranks;     /* this process's share of each batch: 0 of 1 */
+  int64_t rows;        /* rows of a full batch this rank trains on */
+  int64_t last_rows;   /* rows of the last step (its loss and right) */
 } fm_trainer;
 
 /* 0, or -1 with err; n <= 0 or over d->n: all of d.  The learning rate
@@ -124,19 +150,31 @@ int fm_trainer_init(fm_trainer *tr, fm_model *m, const idx_dataset *d, int64_t n
                     int epochs, char *err, size_t errlen);
 void fm_trainer_free(fm_trainer *tr);
 
+/* Data parallel: of each global batch of k images, rank (of ranks) trains
+ * on the k / ranks images from rank * (k / ranks) on: a full batch splits
+ * exactly (batch must divide by ranks); of the last, partial one the k %
+ * ranks images at its end (fewer than ranks) are not trained on that
+ * epoch, since equal shares keep the mean of the ranks' gradients the
+ * gradient of the images trained on.  Every rank must shuffle with the
+ * same seed.  0, or -1 with err (tr unchanged). */
+int fm_trainer_shard(fm_trainer *tr, int rank, int ranks, char *err, size_t errlen);
+
 /* The order of epoch (1, 2, ...): a shuffle that depends on seed and epoch
  * alone, so a run resumed at an epoch sees the order it would have. */
 void fm_trainer_shuffle(fm_trainer *tr, uint64_t seed, int epoch);
 
 /* One step of f (m->step, or another function of fm_step_function) on the
  * batch of the order starting at at: *b images (batch, or fewer at the
- * end), their mean loss and how many it classified right (before the
- * update).  0, or -1 with err. */
+ * end), of which this rank trained on tr->last_rows (all, or its share:
+ * fm_trainer_shard); their mean loss and how many it classified right
+ * (before the update).  A last batch of fewer images than ranks is
+ * skipped on every rank (*b images, last_rows 0, *loss 0, *right 0).  0,
+ * or -1 with err. */
 int fm_trainer_step(fm_trainer *tr, graft_function *f, int64_t at, int64_t *b, double *loss,
                     int64_t *right, char *err, size_t errlen);
 
 /* A whole epoch of m->step: shuffle, then every batch; the epoch's mean
- * loss and accuracy.  0, or -1 with err. */
+ * loss and accuracy (over this rank's rows).  0, or -1 with err. */
 int fm_train_epoch(fm_trainer *tr, uint64_t seed, int epoch, double *loss, double *accuracy,
                    char *err, size_t errlen);
 
