@@ -281,6 +281,62 @@ static uint32_t var_first(const var_at *l, uint32_t len, uintptr_t var) {
  * past them the remaining assigns stay staged. */
 #define FALLIBLE_EDGES 65536
 
+/* A plan with MPI collectives: every ALLREDUCE_TAKE that the graph's last
+ * ALLREDUCE does not depend on waits for that ALLREDUCE to be posted (war
+ * pairs: ordering edges).  A worker reaching a bucket's TAKE then finds
+ * the rest of the backward pass done, not waiting to be run: a lone worker
+ * (which walks depth first, so would meet bucket 0's TAKEs right after
+ * posting it) and a team alike spend the exchange computing, and only
+ * block once nothing else is left.  Needs the first link. */
+static graft_status take_late(graft__plan *p) {
+  const graft__graph *g = p->g;
+  uint32_t n = p->n_order, last = UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++)
+    if (graft__graph_node(g, p->order[i])->op == GRAFT__OP_ALLREDUCE) last = i;
+  if (last == UINT32_MAX) return GRAFT_OK;
+  /* its ancestors (positions): a TAKE among them must not wait for it */
+  uint8_t *anc = graft__calloc(n ? n : 1, 1);
+  uint32_t *stack = graft__malloc((n ? n : 1) * sizeof *stack);
+  uint32_t *war = graft__malloc(2 * (size_t)(n ? n : 1) * sizeof *war);
+  graft_status st = GRAFT_ENOMEM;
+  if (!anc || !stack || !war) goto out;
+  uint32_t top = 0, m = 0;
+  stack[top++] = last;
+  anc[last] = 1;
+  while (top) {
+    uint32_t u = stack[--top];
+    for (uint32_t e = p->pred_off[u]; e < p->pred_off[u + 1]; e++)
+      if (!anc[p->pred[e]]) {
+        anc[p->pred[e]] = 1;
+        stack[top++] = p->pred[e];
+      }
+  }
+  const uint32_t last_id = p->order[last];
+  for (uint32_t i = 0; i < n; i++) {
+    const graft__node *nd = graft__graph_node(g, p->order[i]);
+    if (nd->op != GRAFT__OP_ALLREDUCE_TAKE || anc[i] || nd->in[0] == last_id) continue;
+    war[2 * m] = last_id;
+    war[2 * m + 1] = p->order[i];
+    m++;
+  }
+  st = GRAFT_OK;
+  if (m) {
+    qsort(war, m, 2 * sizeof *war, by_assign);
+    graft__free(p->war);
+    p->war = war;
+    p->n_war = m;
+    war = NULL;
+    unlink_plan(p);
+    p->extra_edges = 1;
+    st = link(p);
+  }
+out:
+  graft__free(anc);
+  graft__free(stack);
+  graft__free(war);
+  return st;
+}
+
 /* Assigns that may write straight into their variables (see sched.h), and
  * the ordering edges that make it safe.  Needs the successor lists of a
  * first link.  Each candidate walks its descendants (an update at the end
@@ -297,7 +353,8 @@ static graft_status find_direct_assigns(graft__plan *p) {
   /* With collectives every assign is staged: the ranks vote on the call's
    * outcome after it runs (function.c), and only then may variables
    * change. */
-  if (!na || p->coll) return GRAFT_OK;
+  if (p->coll) return take_late(p);
+  if (!na) return GRAFT_OK;
   uint32_t *pos = graft__malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *pos);
   uint32_t *mark = graft__calloc(n ? n : 1, sizeof *mark);
   uint32_t *stack = graft__malloc((n ? n : 1) * sizeof *stack);

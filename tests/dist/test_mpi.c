@@ -464,6 +464,11 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) { /* (run directly: a singleton) */
+    puts("test_mpi needs two ranks or more: run it under mpirun -np 2 (meson test does)");
+    MPI_Finalize();
+    return 77;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_allreduce_gradients__equal_concatenated_batch, no_blocks_left),
       cmocka_unit_test_teardown(test_training__variables_identical_after_10_steps, no_blocks_left),
