@@ -65,17 +65,25 @@ static graft_value *loss_of(graft_trace *t, model *m, graft_value *x, graft_valu
   return graft_softmax_cross_entropy(t, logits, labels);
 }
 
-/* (x, labels) -> the gradients, all-reduced over MPI_COMM_WORLD */
+/* The gradients of the loss on (x, labels) in g, all-reduced over
+ * MPI_COMM_WORLD (m->bucket_bytes); the loss in *loss. */
+static graft_status mean_grads(graft_trace *t, model *m, graft_value *const *in,
+                               graft_value **g, graft_value **loss) {
+  graft_value *p[NP];
+  *loss = loss_of(t, m, in[0], in[1], p);
+  graft_status st = graft_gradients(t, 1, loss, NULL, NP, p, GRAFT_UNCONNECTED_ZERO, g);
+  if (st) return st;
+  if (m->bad_grad_shape) g[1] = g[0];
+  graft_allreduce_opts o = {.bucket_bytes = m->bucket_bytes};
+  return graft_module_allreduce_gradients(t, m->net, MPI_COMM_WORLD, NP, g, g, &o);
+}
+
+/* (x, labels) -> the gradients, all-reduced */
 static graft_status grad_dp(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                             graft_value **out, void *user) {
   (void)n_in, (void)n_out;
-  model *m = user;
-  graft_value *p[NP], *g[NP];
-  graft_value *loss = loss_of(t, m, in[0], in[1], p);
-  graft_status st = graft_gradients(t, 1, &loss, NULL, NP, p, GRAFT_UNCONNECTED_ZERO, g);
-  if (st) return st;
-  graft_allreduce_opts o = {.bucket_bytes = m->bucket_bytes};
-  return graft_module_allreduce_gradients(t, m->net, MPI_COMM_WORLD, NP, g, out, &o);
+  graft_value *loss;
+  return mean_grads(t, user, in, out, &loss);
 }
 
 /* (x, labels) -> the gradients, in this process alone */
@@ -92,14 +100,9 @@ static graft_status step_dp(graft_trace *t, int n_in, graft_value *const *in, in
                             graft_value **out, void *user) {
   (void)n_in, (void)n_out;
   model *m = user;
-  graft_value *p[NP], *g[NP];
-  graft_value *loss = loss_of(t, m, in[0], in[1], p);
-  graft_status st = graft_gradients(t, 1, &loss, NULL, NP, p, GRAFT_UNCONNECTED_ZERO, g);
-  if (st) return st;
-  if (m->bad_grad_shape) g[1] = g[0];
-  graft_allreduce_opts o = {.bucket_bytes = m->bucket_bytes};
-  if ((st = graft_module_allreduce_gradients(t, m->net, MPI_COMM_WORLD, NP, g, g, &o))) return st;
-  if ((st = graft_optimizer_apply(t, m->opt, NP, g))) return st;
+  graft_value *g[NP], *loss;
+  graft_status st = mean_grads(t, m, in, g, &loss);
+  if (st || (st = graft_optimizer_apply(t, m->opt, NP, g))) return st;
   out[0] = loss;
   return GRAFT_OK;
 }
