@@ -26,8 +26,10 @@
  * unfinished collective, cannot be used again (MPI_Abort).
  *
  * A function may use one communicator.  graft's collectives run only
- * inside graft_function_call; the application must not use the same
- * communicator from another thread during a call.  Collectives inside
+ * inside graft_function_call; during a call, no other thread may use the
+ * same communicator (the application's own MPI calls, or a concurrent call
+ * of another function whose collectives use it): collectives must start in
+ * one order on every rank.  Collectives inside
  * control-flow bodies are refused (GRAFT_EUNSUPPORTED), and gradients
  * through a collective are not defined (all-reduce gradients after
  * graft_gradients, as below). */
