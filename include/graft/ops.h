@@ -90,6 +90,8 @@ GRAFT_API graft_value *graft_sqrt(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_exp(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_log(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_log1p(graft_trace *t, graft_value *x);
+/* f32: within 0.51 ulp of the true tanh (every float checked), not always
+ * libm's tanhf bits; tanh(-0) = -0, tanh(+-inf) = +-1.  f64: C tanh. */
 GRAFT_API graft_value *graft_tanh(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_sigmoid(graft_trace *t, graft_value *x);
 /* max(x, 0), keeping NaN; relu(-0.0) = 0.0. */
