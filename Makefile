@@ -16,7 +16,8 @@
 #                        matrix; writes ./fashion_mnist_out/ (checkpoint,
 #                        metrics.csv, curves.png); DEMO_ARGS adds options
 #                        (e.g. DEMO_ARGS="--model cnn"; --help lists them)
-#   make bench           build and run every bench/bench_* program (--json):
+#   make bench           build and run every bench/bench_* program (--json;
+#                        bench_mpi under BENCH_MPIRUN, mpirun -np 2):
 #                        prints each one's tables, collects every row in
 #                        BENCH_JSON (build/bench-results.jsonl)
 #   make bench-table     write BENCH_JSON's tables into docs/benchmarks.md
@@ -38,6 +39,7 @@
 # SUITES="graph sched" (--suite each),
 # TSAN_SUITES (default "sched graph common"), TSAN_ARCHER (path of libarcher.so),
 # MESON_TEST_ARGS, MESON_SETUP_ARGS, DEMO_ARGS, BENCH_ARGS (more options for each bench),
+# BENCH_MPIRUN (how bench_mpi is started),
 # STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check),
 # FUZZ_BUILD, FUZZ_SECONDS (per target, default 60), FUZZ_TARGETS, FUZZ_ARGS
 # (more libFuzzer flags, e.g. -jobs=2), TEST_FUZZ_SECONDS (make test's fuzzing
@@ -213,6 +215,10 @@ demo: build
 # print as it ends.  The file is replaced at the end of the run only, so an
 # interrupted run leaves the last full one.
 BENCH_JSON  ?= $(BUILD)/bench-results.jsonl
+# bench_mpi (built with MPI) runs under this: 2 ranks, unbound (its 1-rank
+# baseline runs 2 threads on rank 0).
+BENCH_MPIRUN ?= env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                mpirun -np 2 --oversubscribe --bind-to none
 BENCH_TABLE := python3 bench/bench_table.py
 
 bench: build
@@ -223,8 +229,9 @@ bench: build
 	  "$$(cut -d ' ' -f 1-3 /proc/loadavg 2>/dev/null)" >"$$part" || exit 1; \
 	for b in $(BUILD)/bench/bench_*; do \
 	  if [ -f "$$b" ] && [ -x "$$b" ]; then \
-	    found=1; name=$${b##*/}; echo "==> $$b --json $(BENCH_ARGS)"; \
-	    "$$b" --json $(BENCH_ARGS) >"$$one"; status=$$?; [ $$status -eq 0 ] || rc=1; \
+	    found=1; name=$${b##*/}; run=; [ "$$name" != bench_mpi ] || run="$(BENCH_MPIRUN)"; \
+	    echo "==> $${run:+$$run }$$b --json $(BENCH_ARGS)"; \
+	    $$run "$$b" --json $(BENCH_ARGS) >"$$one"; status=$$?; [ $$status -eq 0 ] || rc=1; \
 	    sed '/^{"type":"header"/!s/^{/{"bench":"'"$$name"'",/' "$$one" >>"$$part"; \
 	    printf '{"bench":"%s","type":"exit","status":%d}\n' "$$name" $$status >>"$$part"; \
 	    $(BENCH_TABLE) --bench "$$name" "$$part" || rc=1; echo; \
