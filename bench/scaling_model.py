@@ -169,17 +169,19 @@ def allreduce_time(bs, p, alpha, beta, gamma, delta, tree=False):
     return t
 
 
+def print_head(first, per_net):
+    """A table's header: first, then two columns per network (per_net names
+    them, %s the network)."""
+    print("| %s |" % first + "".join(" %s |" % (per_net % net) for net, _, _ in NETWORKS))
+    print("|---|" + "---|---|" * len(NETWORKS))
+
+
 def scaling(name, sizes, tc, h, gamma, delta, cap):
     bs = buckets(sizes, cap)
     total = sum(sizes)
     print("%s: %.2f M parameters, %.1f MB of gradients in %d bucket(s) of at most %g MiB; "
           "t_c = %.1f ms a step.\n" % (name, total / 4e6, total / 1e6, len(bs), cap / MIB, tc * 1e3))
-    head, rule = "| nodes |", "|---|"
-    for net, _, _ in NETWORKS:
-        head += " %s: all-reduce (ms) | efficiency |" % net
-        rule += "---|---|"
-    print(head)
-    print(rule)
+    print_head("nodes", "%s: all-reduce (ms) | efficiency")
     for p in RANKS:
         line = "| %d |" % p
         for _, a, b in NETWORKS:
@@ -197,12 +199,7 @@ def scaling(name, sizes, tc, h, gamma, delta, cap):
              ("compute 10x faster, delta = 0, h = 0.5", tc / 10, 0.5, 0.0, bs, False),
              ("%g MiB buckets" % alt, tc, h, delta, buckets(sizes, alt * MIB), False),
              ("latency 2 log2(p) alpha (halving-doubling)", tc, h, delta, bs, True)]
-    head, rule = "| assumption |", "|---|"
-    for net, _, _ in NETWORKS:
-        head += " %s: 64 | 1,024 |" % net
-        rule += "---|---|"
-    print(head)
-    print(rule)
+    print_head("assumption", "%s: 64 | 1,024")
     for label, c, hh, d, bb, tree in cases:
         line = "| %s |" % label
         for _, a, b in NETWORKS:
