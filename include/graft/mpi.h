@@ -7,7 +7,8 @@
  *
  * The caller owns MPI: it calls MPI_Init_thread (graft's workers call MPI
  * from any thread, one at a time, so the level must be at least
- * MPI_THREAD_SERIALIZED) and MPI_Finalize; graft calls neither.  Every rank
+ * MPI_THREAD_SERIALIZED) and MPI_Finalize; graft calls neither.  Every
+ * function below refuses MPI_COMM_NULL with GRAFT_EINVAL.  Every rank
  * traces the same step (the same ops in the same order, shapes equal where
  * the collectives are concerned) and calls it the same number of times.
  *

@@ -152,17 +152,26 @@ static graft_status mpi_ready(const char *fn, char *msg, size_t len) {
   return GRAFT_OK;
 }
 
-static graft_status trace_ready(graft_trace *t, const char *fn) {
+/* MPI_COMM_NULL would reach MPI_Comm_size when the plan is compiled,
+ * whose default error handler aborts the process. */
+static graft_status comm_null(const char *fn, MPI_Comm comm, char *msg, size_t len) {
+  if (comm != MPI_COMM_NULL) return GRAFT_OK;
+  snprintf(msg, len, "%s: comm is MPI_COMM_NULL (expected a communicator)", fn);
+  return GRAFT_EINVAL;
+}
+
+static graft_status trace_ready(graft_trace *t, const char *fn, MPI_Comm comm) {
   if (!t) return graft__fail(GRAFT_EINVAL, "%s: t is NULL (expected a trace)", fn);
   if (t->status) return t->status;
   char msg[GRAFT__MSG_LEN];
   graft_status st = mpi_ready(fn, msg, sizeof msg);
+  if (!st) st = comm_null(fn, comm, msg, sizeof msg);
   return st ? graft_trace_fail(t, st, "%s", msg) : GRAFT_OK;
 }
 
 GRAFT_API graft_value *graft_allreduce_mean(graft_trace *t, MPI_Comm comm, graft_value *x) {
   if (!t) return NULL;
-  if (trace_ready(t, "graft_allreduce_mean")) return GRAFT__POISON;
+  if (trace_ready(t, "graft_allreduce_mean", comm)) return GRAFT__POISON;
   if (!x) {
     graft_trace_fail(t, GRAFT_EINVAL, "allreduce_mean: x is NULL (expected a value)");
     return GRAFT__POISON;
@@ -176,7 +185,7 @@ GRAFT_API graft_value *graft_allreduce_mean(graft_trace *t, MPI_Comm comm, graft
 GRAFT_API graft_status graft_allreduce_mean_n(graft_trace *t, MPI_Comm comm, int n,
                                               graft_value *const *xs, graft_value **out,
                                               const graft_allreduce_opts *opts) {
-  graft_status st = trace_ready(t, "graft_allreduce_mean_n");
+  graft_status st = trace_ready(t, "graft_allreduce_mean_n", comm);
   if (st) return st;
   unsigned char b[GRAFT__COMM_BYTES];
   comm_bytes(comm, b);
@@ -189,7 +198,7 @@ GRAFT_API graft_status graft_module_allreduce_gradients(graft_trace *t, const gr
                                                         graft_value **out,
                                                         const graft_allreduce_opts *opts) {
   static const char fn[] = "graft_module_allreduce_gradients";
-  graft_status st = trace_ready(t, fn);
+  graft_status st = trace_ready(t, fn, comm);
   if (st) return st;
   if (!m || (n && (!grads || !out)))
     return graft_trace_fail(t, GRAFT_EINVAL, "%s: %s is NULL (expected %s)", fn,
@@ -296,6 +305,7 @@ GRAFT_API graft_status graft_module_broadcast(graft_module *m, MPI_Comm comm, in
   static const char fn[] = "graft_module_broadcast";
   char msg[GRAFT__MSG_LEN];
   graft_status st = mpi_ready(fn, msg, sizeof msg);
+  if (!st) st = comm_null(fn, comm, msg, sizeof msg);
   if (st) return graft__fail(st, "%s", msg);
   if (!m) return graft__fail(GRAFT_EINVAL, "%s: m is NULL (expected a module)", fn);
   int size = 0;
@@ -344,6 +354,7 @@ GRAFT_API graft_status graft_module_replicas_equal(const graft_module *m, MPI_Co
   static const char fn[] = "graft_module_replicas_equal";
   char msg[GRAFT__MSG_LEN];
   graft_status st = mpi_ready(fn, msg, sizeof msg);
+  if (!st) st = comm_null(fn, comm, msg, sizeof msg);
   if (st) return graft__fail(st, "%s", msg);
   if (!m || !equal)
     return graft__fail(GRAFT_EINVAL, "%s: %s is NULL", fn, !m ? "m" : "equal");
