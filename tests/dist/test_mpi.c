@@ -350,7 +350,7 @@ static void test_allreduce_mean__value(void **state) {
 /* Misuse is refused at trace time with a clear message, on every rank
  * alike: an integer value, a collective in a scan body, a gradient
  * through a collective, a gradient of the wrong shape, broadcasting
- * modules that differ. */
+ * modules that differ, MPI_COMM_NULL. */
 static graft_status int_value(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                               graft_value **out, void *user) {
   (void)n_in, (void)n_out, (void)user;
@@ -382,6 +382,13 @@ static graft_status through(graft_trace *t, int n_in, graft_value *const *in, in
   const int axes[2] = {0, 1};
   graft_value *y = graft_reduce_sum(t, graft_allreduce_mean(t, MPI_COMM_WORLD, in[0]), 2, axes, 0);
   return graft_gradients(t, 1, &y, NULL, 1, in, GRAFT_UNCONNECTED_ZERO, out);
+}
+
+static graft_status null_comm(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                             graft_value **out, void *user) {
+  (void)n_in, (void)n_out, (void)user;
+  out[0] = graft_allreduce_mean(t, MPI_COMM_NULL, in[0]);
+  return graft_trace_status(t);
 }
 
 static void expect_refused(graft_trace_fn trace, void *user, int n_in, graft_status want,
@@ -432,6 +439,11 @@ static void test_refusals__clear_messages(void **state) {
   assert_int_equal(len, len2);
   assert_memory_equal(before, after, len);
   assert_int_equal(graft_module_broadcast(m.root, MPI_COMM_WORLD, size), GRAFT_EINVAL);
+  int equal = -1;
+  assert_int_equal(graft_module_broadcast(m.root, MPI_COMM_NULL, 0), GRAFT_EINVAL);
+  assert_int_equal(graft_module_replicas_equal(m.root, MPI_COMM_NULL, &equal), GRAFT_EINVAL);
+  assert_int_equal(equal, -1);
+  expect_refused(null_comm, NULL, 1, GRAFT_EINVAL, "MPI_COMM_NULL");
   free(before), free(after);
   graft_module_destroy(m.root);
 }
