@@ -15,13 +15,18 @@
  * its order on the calling thread (graft__ctl_run_plan), and a body runs on
  * the runtime's executor, so its independent nodes spread over the workers
  * (a body that holds control flow walks too), or on the calling thread where
- * that is faster (run_body measures).  Either way every node runs the same
- * tiles, so the bits are the same at every thread count. */
+ * that is faster (run_body measures).  Under ws the walk runs inside one
+ * parallel region held for the whole call (graft__exec_ws_hold), so each
+ * body run is a job for a team already up, not a team start.  Either way
+ * every node runs the same tiles, so the bits are the same at every thread
+ * count. */
 #include <omp.h>
 #include <string.h>
 
 #include "sched/chrome.h"
 #include "sched/sched.h"
+
+#define KEEP 5 /* run times a body keeps each way (run_body) */
 
 struct graft__ctl_exec {
   const graft__ctl *c;
@@ -42,8 +47,9 @@ struct graft__ctl_exec {
   int64_t runs, ops;
   struct pick {                /* per body: on the team, or on this thread? */
     int64_t runs;
-    int n[2];                  /* timed runs each way since the last probe */
-    double sum[2];             /* their time, in us */
+    int n[2], at[2];           /* times kept each way, where the next goes */
+    double t[2][KEEP];         /* the last runs' times, in us */
+    int team;                  /* the way chosen */
   } pick[2];
 };
 
@@ -366,8 +372,27 @@ static const char *plain_name(const void *ctx, uint32_t node) {
   return n->fused ? n->fused->name : graft__ops[n->op].name;
 }
 
+/* 1 when some body of p's control nodes (or of theirs) may run on the
+ * work-stealing team (run_body). */
+static int wants_team(const graft__plan *p) {
+  for (uint32_t id = 0; p->ctl && id < p->g->n_nodes; id++) {
+    const graft__ctl_exec *e = p->ctl[id];
+    if (!e || !p->live[id] || e->sched != GRAFT__SCHED_WS) continue;
+    for (int k = 0; k < 2; k++)
+      if (e->sub[k] && (e->sub[k]->has_ctl ? wants_team(e->sub[k]) : !e->alone[k])) return 1;
+  }
+  return 0;
+}
+
+static graft_status walk(void *p, char *msg) { return graft__exec_seq(p, msg); }
+
+/* Under ws, the walk holds the team: a loop of 200 body runs starts it
+ * once (per body run, on a loaded 2-core VM, waking it cost more than a
+ * run of an RNN step's body). */
 graft_status graft__ctl_run_plan(graft__plan *p, const graft_runtime *rt, char *msg) {
-  if (!rt || !rt->trace) return graft__exec_seq(p, msg);
+  if (!rt || !rt->trace)
+    return rt && rt->num_threads > 1 && wants_team(p) ? graft__exec_ws_hold(rt, walk, p, msg)
+                                                       : graft__exec_seq(p, msg);
   graft__trace_buf buf = {0};
   graft_status st = graft__exec_seq_rec(p, &buf, 0, graft__chrome_epoch(rt->trace), msg);
   graft__chrome_write(rt->trace, p->g->name, buf.ev, buf.n, plain_name, p);
@@ -375,30 +400,48 @@ graft_status graft__ctl_run_plan(graft__plan *p, const graft_runtime *rt, char *
   return st;
 }
 
-/* A body run is short (a loop step), so starting the team for it may cost
- * more than the team saves (on a loaded machine, waking a worker can take
- * a time slice: 3-30 ms against 0.5 ms on the calling thread, measured on
- * a shared 2-core VM).  Each body therefore times PROBE runs each way, on
- * the team and on the calling thread, and takes the faster on average (not
- * the fastest run: the team's times vary most) until it probes again
- * REPROBE runs later.  Either way every node runs the same tiles:
- * the bits do not depend on the choice. */
-#define PROBE 3
-#define REPROBE 1024
+/* Where a body runs.  A plan with control flow holds the work-stealing
+ * team for the whole call (graft__ctl_run_plan), so a body run on it costs
+ * a job (the parked workers join within a microsecond while they spin),
+ * not a team start.  But a worker that the OS takes off its core while it
+ * holds a task still delays the run it is in (on a loaded machine: a time
+ * slice), and a body may have too little parallel work to pay for handing
+ * it around.  So every run of a body is timed (two clock reads), each way
+ * keeps its last KEEP times, and a body runs the way whose median is lower
+ * (one preempted run must not decide), one run in EXPLORE the other way so
+ * its times stay current: a choice follows the machine's load within a few
+ * dozen runs.  The first runs alternate, team first, and the very first is
+ * not counted (it sizes the team's state and warms the caches).  Either way
+ * every node runs the same tiles: the bits do not depend on the choice. */
+#define EXPLORE 32
 
-/* 1: run this time on the team; *timed: time it for the choice. */
-static int choose(struct pick *p, int *timed) {
-  if (p->runs++ % REPROBE == 0) p->n[0] = p->n[1] = 0;
-  *timed = 1;
-  if (p->n[1] < PROBE) return 1;
-  if (p->n[0] < PROBE) return 0;
-  *timed = 0;
-  return p->sum[1] < p->sum[0];
+int graft__ctl_team_always;
+
+/* 1: run this time on the team. */
+static int choose(struct pick *p) {
+  if (graft__ctl_team_always) return 1;
+  int64_t r = p->runs++;
+  if (p->n[0] < KEEP / 2 + 1 || p->n[1] < KEEP / 2 + 1) return p->n[1] <= p->n[0];
+  return r % EXPLORE == 0 ? !p->team : p->team;
+}
+
+static double median(const double *t, int n) {
+  double s[KEEP];
+  for (int i = 0; i < n; i++) { /* (insertion sort: n <= KEEP) */
+    int j = i;
+    for (; j > 0 && s[j - 1] > t[i]; j--) s[j] = s[j - 1];
+    s[j] = t[i];
+  }
+  return s[n / 2];
 }
 
 static void timed(struct pick *p, int team, double us) {
-  p->sum[team] = p->n[team] ? p->sum[team] + us : us;
-  p->n[team]++;
+  if (p->runs == 1) return;
+  p->t[team][p->at[team]] = us;
+  p->at[team] = (p->at[team] + 1) % KEEP;
+  if (p->n[team] < KEEP) p->n[team]++;
+  if (p->n[0] > KEEP / 2 && p->n[1] > KEEP / 2)
+    p->team = median(p->t[1], p->n[1]) < median(p->t[0], p->n[0]);
 }
 
 /* Run body k (iteration it, -1 for none). */
@@ -410,14 +453,13 @@ static graft_status run_body(const graft__ctl_exec *e, int k, int64_t it, char *
   if (e->rt && e->rt->trace) return run_traced(e, k, it, msg);
   /* (a body holding control flow walks too: its control nodes share) */
   if (e->rt && e->rt->num_threads > 1 && e->sched != GRAFT__SCHED_SEQ && !e->alone[k] &&
-      !sp->has_ctl && !omp_in_parallel()) {
-    int t;
-    int team = choose(&m->pick[k], &t);
-    double t0 = t ? graft__now_us() : 0;
+      !sp->has_ctl && (graft__exec_ws_held(e->rt) || !omp_in_parallel())) {
+    int team = choose(&m->pick[k]);
+    double t0 = graft__now_us();
     graft_status st = !team                            ? graft__exec_seq(sp, msg)
                       : e->sched == GRAFT__SCHED_WS ? graft__exec_ws(sp, e->rt, msg)
                                                      : graft__exec_omp(sp, e->rt, msg);
-    if (t) timed(&m->pick[k], team, graft__now_us() - t0);
+    timed(&m->pick[k], team, graft__now_us() - t0);
     return st;
   }
   return graft__exec_seq(sp, msg);

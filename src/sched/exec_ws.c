@@ -1,23 +1,26 @@
 /* The work-stealing executor.
  *
- * Workers are the threads of one OpenMP parallel region per call, each with
- * a Chase-Lev deque of items.  An item is a tile (order position << 32 |
- * tile) or a range of ready nodes: a slice of p->sources or of one node's
- * successor list.  A finished tile counts down its node; the node's last
- * tile counts down each successor that has other predecessors, and a
- * successor that becomes ready has its tiles pushed, keeping one to run
- * inline next.  Successors whose only predecessor just finished are ready at
- * once and become the worker's private range, taken one at a time; the
- * worker hands the upper half of it to its deque only while some worker is
- * hungry, so a wide fan-out (or a million sources) costs one push per split,
- * not one per node.  Idle workers steal, victims of their own domain first,
- * then the others; they spin briefly, then yield, then sleep (20 us at most,
- * on a futex that a push wakes while some sleep, and that every worker
- * leaving the call wakes, so a call's end never waits out a sleep).  Tiles of
- * deferred nodes (big side work off the critical path, tiles.c) wait in a
- * second deque per worker, popped or stolen only when no other work is
- * found.  Nothing on the hot path takes a lock or allocates (deques are
- * sized at first use and grow only if a graph outgrows them).  Sources (nodes with no compute
+ * Workers are the threads of one OpenMP parallel region per call (or of a
+ * region held open for a whole call of a plan with control flow, whose body
+ * runs are jobs for it: "a held team" below), each with a Chase-Lev deque of
+ * items.  An item is a tile (order position << 32 | tile) or a range of
+ * ready nodes: a slice of p->sources or of one node's successor list.  A
+ * finished tile counts down its node; the node's last tile counts down each
+ * successor that has other predecessors, and a successor that becomes ready
+ * has its tiles pushed, keeping one to run inline next.  Successors whose
+ * only predecessor just finished are ready at once and become the worker's
+ * private range, taken one at a time; the worker hands the upper half of it
+ * to its deque only while some worker is hungry, and the rest of it before
+ * it starts a task of a grain of work or more, so a wide fan-out of small
+ * nodes (or a million sources) costs one push per split, not one per node.
+ * Idle workers steal, victims of their own domain first, then the others;
+ * they spin briefly, then yield, then sleep (20 us at most, on a futex that
+ * a push wakes while some sleep, and that every worker leaving the call
+ * wakes, so a call's end never waits out a sleep).  Tiles of deferred nodes
+ * (big side work off the critical path, tiles.c) wait in a second deque per
+ * worker, popped or stolen only when no other work is found.  Nothing on the
+ * hot path takes a lock or allocates (deques are sized at first use and grow
+ * only if a graph outgrows them).  Sources (nodes with no compute
  * predecessor) start on the workers of their partition part's domain.
  *
  * A runtime of one thread runs the plan's order on the calling thread: the
@@ -27,8 +30,8 @@
  * team that ends up with one thread anyway (or traces) runs the worker loop
  * with no thieves: it pops without the deque's fence and counts down
  * without read-modify-write instructions.  The calling thread resets every
- * deque and counter before the region starts, so the team meets only at
- * the region's end. */
+ * deque and counter before the region starts (a held team's job: before it
+ * opens), so the team meets only at the region's (the job's) end. */
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
@@ -93,6 +96,124 @@ static inline uint64_t range_item(int src, uint32_t a, uint32_t b) {
   return RANGE_BIT | (src ? SRC_BIT : 0) | (uint64_t)a << 31 | b;
 }
 
+/* Sleep on *w while it holds v, for ns nanoseconds at most.  Without
+ * futexes (or where a sandbox refuses the call): a plain sleep, and
+ * sleepers see work when it ends. */
+static void sleep_on(_Atomic int *w, int v, long ns) {
+  struct timespec ts = {0, ns};
+#if defined(__linux__)
+  if (syscall(SYS_futex, (int *)w, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0) == 0 || errno == EAGAIN ||
+      errno == ETIMEDOUT || errno == EINTR)
+    return;
+#else
+  (void)w, (void)v;
+#endif
+  nanosleep(&ts, NULL);
+}
+
+/* Wake n sleepers of s->wake; callers bump it first, so a worker about to
+ * sleep on the old value does not. */
+static void wake_sleepers(struct graft__exec_state *s, int n) {
+#if defined(__linux__)
+  syscall(SYS_futex, (int *)&s->wake, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+#else
+  (void)s, (void)n;
+#endif
+}
+
+/* ---- a held team ---------------------------------------------------------------
+ *
+ * graft__exec_ws_hold keeps one parallel region open while its calling
+ * thread (the driver, worker 0) runs a function; each graft__exec_ws the
+ * driver makes meanwhile is a job for the team already there, so a loop of
+ * a thousand body runs starts the team once.  Between jobs the other
+ * workers park: they spin a little, yield, then sleep on a futex (the
+ * bell) that the driver rings when a job opens.  A job is open from its
+ * publication until the driver's own worker loop ends; a worker joins it
+ * only while it is open, and the driver waits at its end only for the
+ * workers inside.  A worker is inside while it may hold a task: one that
+ * runs dry steps out (nothing of the job in its hands, its done count
+ * published) and back in when work is pushed, so a worker that was slow to
+ * wake, or that the OS took off its core while it had nothing to do, costs
+ * a job its help, never a wait.  Nothing a job needs may therefore wait on
+ * a particular worker: the driver seeds every worker's sources before
+ * opening it (onto the others' deques, where the driver and any thief can
+ * take them). */
+
+_Atomic int64_t graft__exec_ws_regions;
+
+/* The job word: generation << GEN_SHIFT | OPEN | workers inside. */
+#define INSIDE ((UINT64_C(1) << 20) - 1)
+#define OPEN (UINT64_C(1) << 20)
+#define GEN_SHIFT 21
+
+typedef struct held {
+  const graft_runtime *rt;
+  int team;                     /* the region's threads */
+  int busy;                     /* a job runs (driver only) */
+  const struct ctx *job;        /* written before the job opens */
+  _Alignas(64) _Atomic uint64_t word;
+  _Alignas(64) _Atomic int stop;
+  _Atomic int bell;             /* rung (bumped) when a job opens, when work is
+                                   pushed while some stepped out, and at the end */
+  _Atomic int parked;           /* workers asleep on the bell */
+  _Atomic int out;              /* workers stepped out of the open job */
+} held;
+
+/* The team the calling thread drives, if any (only its driver sees it). */
+static _Thread_local held *driving;
+
+int graft__exec_ws_held(const graft_runtime *rt) {
+  return driving && driving->rt == rt && !driving->busy;
+}
+
+/* Bump the bell (callers change what waiters check first), and wake those
+ * asleep on it. */
+static void ring(held *h) {
+  atomic_fetch_add(&h->bell, 1);
+  if (atomic_load(&h->parked)) {
+#if defined(__linux__)
+    syscall(SYS_futex, (int *)&h->bell, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#endif
+  }
+}
+
+/* Waiting for the bell (seen: its value when the waiter last looked): spin
+ * for SPIN_US, yield until YIELD_US, then sleep on it.  A scan's body runs
+ * follow each other within microseconds, so a worker spinning between them
+ * is there for the next; one waiting through a long stretch of the
+ * driver's own work (a top-level op, a body on the calling thread) stops
+ * taking a core from everybody else. */
+#define SPIN_US 50.0
+#define YIELD_US 500.0
+#define PARK_NS 10000000L
+
+static void idle_wait(held *h, int seen, double *since) {
+  double t = graft__now_us();
+  if (*since < 0) *since = t;
+  if (t - *since < SPIN_US) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  } else if (t - *since < YIELD_US) {
+    sched_yield();
+  } else {
+    atomic_fetch_add(&h->parked, 1);
+    sleep_on(&h->bell, seen, PARK_NS);
+    atomic_fetch_sub(&h->parked, 1);
+  }
+}
+
+/* Count oneself inside the job of generation gen while it is open (w: the
+ * word as last read); 0 once it closed or another opened. */
+static int join(held *h, uint64_t w, uint64_t gen) {
+  while ((w & OPEN) && w >> GEN_SHIFT == gen)
+    if (atomic_compare_exchange_weak_explicit(&h->word, &w, w + 1, memory_order_acquire,
+                                              memory_order_relaxed))
+      return 1;
+  return 0;
+}
+
 /* What a worker holds privately: the node to run next, and a range. */
 typedef struct local {
   uint64_t next;
@@ -110,6 +231,9 @@ typedef struct ctx {
   int solo;                    /* team of one: no thieves */
   int tracing;
   double t0;                   /* the trace file's epoch (slice times count from it) */
+  struct held *hold;           /* a job of a held team (the caller seeded the
+                                  others' sources), or NULL */
+  uint64_t gen;                /* that job's generation */
 } ctx;
 
 void graft__exec_state_destroy(struct graft__exec_state *s) {
@@ -179,37 +303,14 @@ static void fail(ctx *c, uint32_t i, graft_status st, const char *reason) {
   atomic_store_explicit(&c->s->cancel, 1, memory_order_release);
 }
 
-/* Sleep on *w while it holds v, for ns nanoseconds at most.  Without
- * futexes (or where a sandbox refuses the call): a plain sleep, and
- * sleepers see work when it ends. */
-static void sleep_on(_Atomic int *w, int v, long ns) {
-  struct timespec ts = {0, ns};
-#if defined(__linux__)
-  if (syscall(SYS_futex, (int *)w, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0) == 0 || errno == EAGAIN ||
-      errno == ETIMEDOUT || errno == EINTR)
-    return;
-#else
-  (void)w, (void)v;
-#endif
-  nanosleep(&ts, NULL);
-}
-
-/* Wake n sleepers of s->wake; callers bump it first, so a worker about to
- * sleep on the old value does not. */
-static void wake_sleepers(struct graft__exec_state *s, int n) {
-#if defined(__linux__)
-  syscall(SYS_futex, (int *)&s->wake, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
-#else
-  (void)s, (void)n;
-#endif
-}
-
-/* Work was pushed: wake a sleeper, if any (one relaxed load otherwise). */
+/* Work was pushed: wake a sleeper, if any (one relaxed load otherwise),
+ * and call back a held team's workers that stepped out of the job. */
 static inline void nudge(ctx *c) {
   if (atomic_load_explicit(&c->s->sleepers, memory_order_relaxed)) {
     atomic_fetch_add(&c->s->wake, 1);
     wake_sleepers(c->s, 1);
   }
+  if (c->hold && atomic_load_explicit(&c->hold->out, memory_order_relaxed)) ring(c->hold);
 }
 
 /* Push item (of order position i) onto dq, or cancel the call. */
@@ -346,13 +447,17 @@ static int finished(ctx *c) {
   return done == (int64_t)c->p->n_order;
 }
 
+/* Rounds a worker spins before it yields, or before it steps out of a held
+ * team's job (step_out). */
+#define STEP_OUT 64
+
 /* Spin, then yield, then sleep on s->wake (seen: its value read before the
  * caller checked for the end, so an end since then cuts the sleep short; a
  * push between the caller's last look for work and that read waits for the
  * sleep's 20 us at most). */
 static void backoff(struct graft__exec_state *s, unsigned *idle, int seen) {
   unsigned r = (*idle)++;
-  if (r < 64) {
+  if (r < STEP_OUT) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
@@ -372,7 +477,9 @@ static void backoff(struct graft__exec_state *s, unsigned *idle, int seen) {
  * Each block is a range; pieces from several parts are pushed.  Blocks are
  * cut rounding up, so the first workers get the larger ones: the calling
  * thread (worker 0) runs already while the others wake, and a plan with
- * one source starts on it at once. */
+ * one source starts on it at once.  l NULL: the ranges all go onto wid's
+ * deque (a held team's driver seeds the others so, before their job opens:
+ * a worker that never joins it leaves its sources there for the thieves). */
 static void seed(ctx *c, worker *me, local *l, int wid) {
   const graft__plan *p = c->p;
   int n = c->team, parts = GRAFT__MIN(p->n_parts, n);
@@ -391,9 +498,12 @@ static void seed(ctx *c, worker *me, local *l, int wid) {
     int64_t len = p->src_off[k + 1] - p->src_off[k];
     int64_t a = GRAFT__MAX(from, j), b = GRAFT__MIN(to, j + len);
     /* a range holds at most RANGE_MAX entries */
-    for (int64_t x = a; x < b; x += RANGE_MAX)
-      take_range(c, me, l, 1, (uint32_t)(p->src_off[k] + x - j),
-                 (uint32_t)(p->src_off[k] + GRAFT__MIN(b, x + RANGE_MAX) - j));
+    for (int64_t x = a; x < b; x += RANGE_MAX) {
+      uint32_t r0 = (uint32_t)(p->src_off[k] + x - j);
+      uint32_t r1 = (uint32_t)(p->src_off[k] + GRAFT__MIN(b, x + RANGE_MAX) - j);
+      if (l) take_range(c, me, l, 1, r0, r1);
+      else push_or_fail(c, &me->dq, p->sources[r0], range_item(1, r0, r1));
+    }
     j += len;
   }
 }
@@ -411,6 +521,46 @@ static inline void maybe_split(ctx *c, worker *me, local *l) {
   l->r1 = mid;
 }
 
+/* Before a task of at least a grain of work (order position i), the rest
+ * of the private range goes to the deque, where thieves see it: a worker
+ * that runs dry while this task runs would otherwise wait for it (a fan-out
+ * of three matmuls ran two of them one after the other on one worker, the
+ * other worker idle).  Small tasks keep the range private, so a wide
+ * fan-out of small nodes still costs one push per split. */
+static inline void publish_range(ctx *c, worker *me, local *l, uint32_t i) {
+  const graft__plan *p = c->p;
+  if (p->work[i] < p->opts.grain * p->tiling[i].n) return;
+  const uint32_t *arr = l->src ? p->sources : p->succ;
+  push_or_fail(c, &me->dq, arr[l->r0], range_item(l->src, l->r0, l->r1));
+  l->r0 = l->r1;
+  nudge(c);
+}
+
+/* A held team's worker (not the driver) that ran dry steps out of its job
+ * (it holds no task, its deques are empty and its done count is
+ * published), so the driver never waits for it; it steps back in when the
+ * bell rings while the job is still open (work was pushed).  It stays
+ * counted hungry, so owners still split their ranges for it (the driver
+ * resets the count for the next job).  1: back in; 0: the job closed or
+ * another opened, and the worker is out of it. */
+static int step_out(ctx *c) {
+  held *h = c->hold;
+  atomic_fetch_add(&h->out, 1);
+  atomic_fetch_sub_explicit(&h->word, 1, memory_order_release);
+  int seen = atomic_load(&h->bell), in = 0;
+  double since = -1;
+  for (;;) {
+    idle_wait(h, seen, &since);
+    int now = atomic_load(&h->bell);
+    if (now == seen) continue;
+    seen = now;
+    uint64_t w = atomic_load_explicit(&h->word, memory_order_acquire);
+    if (!(w & OPEN) || w >> GEN_SHIFT != c->gen || (in = join(h, w, c->gen))) break;
+  }
+  atomic_fetch_sub(&h->out, 1);
+  return in;
+}
+
 static void worker_main(ctx *c, int wid) {
   worker *me = &c->s->w[wid];
   const graft__plan *p = c->p;
@@ -418,7 +568,7 @@ static void worker_main(ctx *c, int wid) {
   uint64_t item;
   unsigned idle = 0;
   int is_hungry = 0;
-  seed(c, me, &l, wid);
+  if (!c->hold || wid == 0) seed(c, me, &l, wid);
   for (;;) {
     if (l.have_next) {
       item = l.next;
@@ -438,6 +588,11 @@ static void worker_main(ctx *c, int wid) {
       }
       int seen = atomic_load(&c->s->wake);
       if (finished(c)) break;
+      if (c->hold && wid && idle >= STEP_OUT) {
+        if (!step_out(c)) return; /* (out of the job: touch nothing of it) */
+        idle = 0;
+        continue;
+      }
       backoff(c->s, &idle, seen);
       continue;
     }
@@ -453,6 +608,7 @@ static void worker_main(ctx *c, int wid) {
       l.r1 = (uint32_t)item & RANGE_MAX;
       continue;
     }
+    if (l.r0 < l.r1 && !c->solo) publish_range(c, me, &l, (uint32_t)(item >> 32));
     run_task(c, me, &l, wid, item);
   }
   if (is_hungry) atomic_fetch_sub_explicit(&c->s->hungry, 1, memory_order_relaxed);
@@ -461,10 +617,89 @@ static void worker_main(ctx *c, int wid) {
    * the load below finds the word changed and does not sleep. */
   atomic_fetch_add(&c->s->wake, 1);
   if (atomic_load(&c->s->sleepers)) wake_sleepers(c->s, INT_MAX);
+  if (c->hold && wid) atomic_fetch_sub_explicit(&c->hold->word, 1, memory_order_release); /* out */
+}
+
+/* ---- the held team's workers and driver ------------------------------------------ */
+
+/* A worker other than the driver: join each job it finds open, once (a
+ * second worker_main in one job would publish its done count again from
+ * zero), park between them, leave when the driver is done. */
+static void park(held *h, int wid) {
+  uint64_t last = 0; /* the last job seen (generations start at 1) */
+  double since = -1;
+  for (;;) {
+    int seen = atomic_load(&h->bell);
+    if (atomic_load_explicit(&h->stop, memory_order_acquire)) return;
+    uint64_t w = atomic_load_explicit(&h->word, memory_order_acquire);
+    if ((w & OPEN) && w >> GEN_SHIFT != last) {
+      last = w >> GEN_SHIFT;
+      if (join(h, w, last)) { /* (worker_main leaves it) */
+        ctx mine = *h->job;
+        worker_main(&mine, wid);
+      }
+      since = -1;
+      continue;
+    }
+    idle_wait(h, seen, &since);
+  }
+}
+
+/* The driver runs job c (its state reset): seed the others, open it, work
+ * as worker 0, close it and wait for the workers inside to leave. */
+static void run_held(held *h, ctx *c) {
+  for (int w = 1; w < c->team; w++) seed(c, &c->s->w[w], NULL, w);
+  h->busy = 1;
+  h->job = c;
+  c->gen = (atomic_load_explicit(&h->word, memory_order_relaxed) >> GEN_SHIFT) + 1;
+  atomic_store_explicit(&h->word, c->gen << GEN_SHIFT | OPEN, memory_order_release);
+  ring(h);
+  worker_main(c, 0);
+  atomic_fetch_and_explicit(&h->word, ~OPEN, memory_order_relaxed);
+  /* Those inside are leaving already: the job is finished or cancelled,
+   * and a worker inside is running (a task, or the few rounds before it
+   * would step out). */
+  unsigned r = 0;
+  while (atomic_load_explicit(&h->word, memory_order_acquire) & INSIDE) {
+    if (r++ < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      sched_yield();
+    }
+  }
+  h->busy = 0;
+}
+
+graft_status graft__exec_ws_hold(const graft_runtime *rt, graft_status (*fn)(void *arg, char *msg),
+                                 void *arg, char *msg) {
+  if (driving || rt->num_threads < 2 || omp_in_parallel() || omp_get_level() > 0) return fn(arg, msg);
+  held h = {.rt = rt, .team = 1};
+  graft_status st = GRAFT_OK;
+  const int caller_pu = rt->worker_pu ? graft__runtime_caller_pu() : -1;
+  atomic_fetch_add_explicit(&graft__exec_ws_regions, 1, memory_order_relaxed);
+#pragma omp parallel num_threads(rt->num_threads)
+  {
+    int wid = omp_get_thread_num(), n = omp_get_num_threads();
+    graft__topology_bind_worker(rt, wid, n, caller_pu);
+    if (wid == 0) {
+      h.team = n;
+      driving = n > 1 ? &h : NULL;
+      st = fn(arg, msg);
+      driving = NULL;
+      atomic_store_explicit(&h.stop, 1, memory_order_release);
+      ring(&h);
+    } else {
+      park(&h, wid);
+    }
+  }
+  return st;
 }
 
 graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) {
-  if (omp_in_parallel() || omp_get_level() > 0) return graft__exec_seq(p, msg);
+  held *h = graft__exec_ws_held(rt) ? driving : NULL;
+  if (!h && (omp_in_parallel() || omp_get_level() > 0)) return graft__exec_seq(p, msg);
   /* One worker would walk the plan in its order (order.c renumbered the
    * plan so): run that walk without counters, deque or team.  Traces need
    * the worker loop (it records the slices). */
@@ -473,7 +708,7 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
     return graft__exec_seq(p, msg);
   }
   if (p->n_order == 0) return GRAFT_OK;
-  int nt = rt->num_threads;
+  int nt = h ? h->team : rt->num_threads;
   struct graft__exec_state *s;
   if (state_get(p, nt, &s)) {
     graft__msgf(msg, "out of memory preparing the worker team for trace '%s'", p->g->name);
@@ -498,20 +733,25 @@ graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg) 
       atomic_store_explicit(&s->pending[i], p->npred[i], memory_order_relaxed);
       atomic_store_explicit(&s->tiles_left[i], p->tiling[i].n, memory_order_relaxed);
     }
-  const ctx c = {p, rt, s, nt, nt == 1, rt->trace != NULL, rt->trace ? graft__chrome_epoch(rt->trace) : 0};
-  const int caller_pu = rt->worker_pu ? graft__runtime_caller_pu() : -1;
+  ctx c = {p,  rt, s, nt, nt == 1, rt->trace != NULL, rt->trace ? graft__chrome_epoch(rt->trace) : 0,
+           h,  0};
   int team = nt; /* the team OpenMP gave (written by worker 0) */
-
+  if (h) {
+    run_held(h, &c);
+  } else {
+    const int caller_pu = rt->worker_pu ? graft__runtime_caller_pu() : -1;
+    atomic_fetch_add_explicit(&graft__exec_ws_regions, 1, memory_order_relaxed);
 #pragma omp parallel num_threads(nt)
-  {
-    /* Each worker's own copy, with the team's size (the same in all). */
-    ctx mine = c;
-    mine.team = omp_get_num_threads();
-    mine.solo = mine.team == 1;
-    int wid = omp_get_thread_num();
-    if (wid == 0) team = mine.team;
-    graft__topology_bind_worker(rt, wid, mine.team, caller_pu);
-    worker_main(&mine, wid);
+    {
+      /* Each worker's own copy, with the team's size (the same in all). */
+      ctx mine = c;
+      mine.team = omp_get_num_threads();
+      mine.solo = mine.team == 1;
+      int wid = omp_get_thread_num();
+      if (wid == 0) team = mine.team;
+      graft__topology_bind_worker(rt, wid, mine.team, caller_pu);
+      worker_main(&mine, wid);
+    }
   }
 
   for (int i = 0; i < team; i++) {

@@ -209,8 +209,12 @@ void graft__ctl_exec_destroy(graft__ctl_exec *e);
  * block (p->ctl_arena) and add it to p's arena_bytes. */
 graft_status graft__ctl_share(graft__plan *p);
 /* Run a plan holding control flow: its order on the calling thread (its
- * bodies get rt's team), recording slices when rt traces. */
+ * bodies get rt's team: under ws one team held for the whole walk, whose
+ * jobs their runs are), recording slices when rt traces. */
 graft_status graft__ctl_run_plan(graft__plan *p, const graft_runtime *rt, char *msg);
+/* Test-only: when set, a body that may run on the team always does (no
+ * timing of the two ways: run_body), so tests reach the team for sure. */
+extern int graft__ctl_team_always;
 /* Add p's control nodes (their bodies' included), and the body runs and
  * ops since compile, to the counts. */
 void graft__ctl_count(const graft__plan *p, int64_t *nodes, int64_t *runs, int64_t *ops);
@@ -303,8 +307,23 @@ graft_status graft__exec_seq_rec(graft__plan *p, struct graft__trace_buf *rec, i
                                  char *msg);
 
 /* Run the plan on the runtime's work-stealing team (falls back to the
- * calling thread inside an active OpenMP region). */
+ * calling thread inside an active OpenMP region, unless the calling thread
+ * holds rt's team: graft__exec_ws_hold). */
 graft_status graft__exec_ws(graft__plan *p, const graft_runtime *rt, char *msg);
+/* Run fn(arg, msg) on the calling thread with rt's work-stealing team kept
+ * up around it: each graft__exec_ws fn makes on this thread runs on that
+ * team (the other workers wait, parked, between those calls) instead of
+ * starting one.  fn runs alone (no team) when rt has one thread, inside an
+ * active OpenMP region, or when this thread holds a team already.  Returns
+ * fn's status. */
+graft_status graft__exec_ws_hold(const graft_runtime *rt, graft_status (*fn)(void *arg, char *msg),
+                                 void *arg, char *msg);
+/* 1 when the calling thread holds rt's team (graft__exec_ws_hold) and no
+ * plan runs on it now: graft__exec_ws would run on that team. */
+int graft__exec_ws_held(const graft_runtime *rt);
+/* Test-only: parallel regions the work-stealing executor opened (each
+ * graft__exec_ws that started a team, each graft__exec_ws_hold). */
+extern _Atomic int64_t graft__exec_ws_regions;
 /* Baseline: OpenMP tasks with depend clauses over the same nodes and tiles. */
 graft_status graft__exec_omp(graft__plan *p, const graft_runtime *rt, char *msg);
 void graft__exec_state_destroy(struct graft__exec_state *s);

@@ -2,16 +2,21 @@
  * message naming the construct, the body and the iteration, and changes
  * nothing (outputs, variables), and the next good call succeeds; a scan
  * body's independent matmuls give the same bits on every executor; the
- * Chrome trace names a loop's iterations; the plan stats count bodies, their
- * runs and their ops; a scan under a signature with an unknown batch dim
- * gets one trace and a plan per batch size. */
+ * work-stealing team stays up for a whole call (one parallel region however
+ * many body runs), with the same bits, failures and nesting, and is not
+ * started inside the caller's own parallel region; the Chrome trace names a
+ * loop's iterations; the plan stats count bodies, their runs and their ops;
+ * a scan under a signature with an unknown batch dim gets one trace and a
+ * plan per batch size. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <omp.h>
 #include <unistd.h>
 
+#include "sched/sched.h" /* graft__ctl_team_always, graft__exec_ws_regions */
 #include "testutil.h"
 
 TU_SUPPRESS_GOMP_TASK_LEAK();
@@ -370,6 +375,237 @@ static void test_graft_function_call__scan_body_parallel_bitwise(void **state) {
   tu_destroy_outs(in, 4);
 }
 
+/* ---- the held team: one region a call ------------------------------------------------ */
+
+enum { HT = 12 };
+
+/* The held-team cases' function: a scan whose body holds a cond beside
+ * two matmuls, so the scan's body walks on the calling thread and the
+ * branches and the backward bodies run on the team.  in: h0 [PB, PH],
+ * X [HT, PB, PH], W1, W2 [PH, PH], labels [HT, PB] (i32, < PH), pred (f64
+ * scalar).  A step: z = h W1 + x W2, then the branch pred > 0 ? tanh(z W1)
+ * : sin(z) W2 gives h' and its loss term, the cross entropy of h' against
+ * the step's labels.  out: hT, the losses [HT], and the gradients of their
+ * sum for h0, W1, W2; acc += that sum. */
+typedef struct held_ctx {
+  graft_value *W1, *W2, *pred;
+  graft_variable *acc;
+} held_ctx;
+
+static graft_status tanh_branch(graft_trace *t, int n, graft_value *const *in, int no,
+                                graft_value **out, void *u) {
+  (void)n, (void)no;
+  out[0] = graft_tanh(t, graft_matmul(t, in[0], ((const held_ctx *)u)->W1, 0));
+  out[1] = graft_softmax_cross_entropy(t, out[0], in[1]);
+  return GRAFT_OK;
+}
+
+static graft_status sin_branch(graft_trace *t, int n, graft_value *const *in, int no,
+                               graft_value **out, void *u) {
+  (void)n, (void)no;
+  out[0] = graft_matmul(t, graft_sin(t, in[0]), ((const held_ctx *)u)->W2, 0);
+  out[1] = graft_softmax_cross_entropy(t, out[0], in[1]);
+  return GRAFT_OK;
+}
+
+static graft_status held_step(graft_trace *t, int n, graft_value *const *in, int no,
+                              graft_value **out, void *u) {
+  (void)n, (void)no;
+  const held_ctx *c = u;
+  graft_value *z = graft_add(t, graft_matmul(t, in[0], c->W1, 0), graft_matmul(t, in[1], c->W2, 0));
+  graft_value *p = graft_greater(t, c->pred, graft_scalar(t, F64, 0)), *ins[2] = {z, in[2]};
+  graft_cond(t, p, 2, ins, tanh_branch, sin_branch, (void *)c, 2, out);
+  return GRAFT_OK;
+}
+
+static graft_status held_scan(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                              graft_value **out, void *u) {
+  (void)n_in, (void)n_out;
+  held_ctx c = {in[2], in[3], in[5], ((held_ctx *)u)->acc};
+  graft_value *xs[2] = {in[1], in[4]};
+  graft_scan(t, held_step, &c, 1, &in[0], 2, xs, 1, out, NULL);
+  graft_value *loss = sum_all(t, out[1]);
+  graft_value *wrt[3] = {in[0], in[2], in[3]};
+  graft_gradients(t, 1, &loss, NULL, 3, wrt, GRAFT_UNCONNECTED_ZERO, out + 2);
+  graft_assign_add(t, c.acc, loss);
+  return GRAFT_OK;
+}
+
+static void held_inputs(graft_tensor **in, double pred) {
+  tu_rng r = {23};
+  const int64_t hd[2] = {PB, PH}, xd[3] = {HT, PB, PH}, wd[2] = {PH, PH}, ld[2] = {HT, PB};
+  in[0] = tu_tensor_rand(&r, F64, 2, hd, -1, 1);
+  in[1] = tu_tensor_rand(&r, F64, 3, xd, -1, 1);
+  in[2] = tu_tensor_rand(&r, F64, 2, wd, -0.1, 0.1);
+  in[3] = tu_tensor_rand(&r, F64, 2, wd, -0.1, 0.1);
+  in[4] = tu_tensor_rand(&r, I32, 2, ld, 0, PH - 1);
+  in[5] = tu_tensor_from(F64, 0, NULL, &pred);
+}
+
+/* One held_scan function on one executor, and its variable (from 0). */
+typedef struct held_run {
+  graft_runtime *rt;
+  held_ctx c;
+  graft_function *f;
+} held_run;
+
+static void held_open(held_run *hr, const exec_cfg *e) {
+  double zero = 0;
+  hr->rt = tu_runtime_of(e->sched, e->threads, 0);
+  memset(&hr->c, 0, sizeof hr->c);
+  assert_int_equal(graft_variable_create(NULL, "acc", F64, 0, NULL, &zero, 0, &hr->c.acc), GRAFT_OK);
+  hr->f = tu_function(hr->rt, "held_scan", held_scan, &hr->c, 6, 5, NULL);
+}
+
+static void held_close(held_run *hr) {
+  graft_function_destroy(hr->f);
+  graft_variable_destroy(hr->c.acc);
+  graft_runtime_destroy(hr->rt);
+}
+
+static void assert_outs_equal(graft_tensor *const *got, graft_tensor *const *want, int n, const char *ctx) {
+  static const char *const names[5] = {"hT", "losses", "d h0", "d W1", "d W2"};
+  for (int i = 0; i < n; i++) {
+    size_t bytes = (size_t)graft_tensor_numel(want[i]) * graft_dtype_size(graft_tensor_dtype(want[i]));
+    if (graft_tensor_numel(got[i]) != graft_tensor_numel(want[i]) ||
+        memcmp(graft_tensor_data(got[i]), graft_tensor_data(want[i]), bytes))
+      fail_msg("%s: %s differs from seq's", ctx, names[i]);
+  }
+}
+
+/* Every body on the team (both branches taken in turn): the bits of seq at
+ * every executor, and a ws call of several threads opens one parallel
+ * region, not one per body run. */
+static void test_graft_function_call__held_team_bitwise(void **state) {
+  (void)state;
+  graft__ctl_team_always = 1;
+  graft_tensor *in[6];
+  for (int branch = 0; branch < 2; branch++) {
+    held_inputs(in, branch ? -1 : 1);
+    graft_tensor *ref[5] = {NULL}, *got[5] = {NULL};
+    double ref_acc = 0;
+    for (size_t e = 0; e < TU_N_OF(execs); e++) {
+      held_run hr;
+      held_open(&hr, &execs[e]);
+      graft_tensor **out = e ? got : ref;
+      int64_t regions = graft__exec_ws_regions;
+      tu_assert_call_ok(hr.f, 6, in, 5, out);
+      int64_t opened = graft__exec_ws_regions - regions;
+      char ctx[64];
+      snprintf(ctx, sizeof ctx, "%s x%d, %s branch", execs[e].sched, execs[e].threads, branch ? "else" : "then");
+      graft_plan_stats ps;
+      tu_assert_status(graft_function_stats(hr.f, &ps), GRAFT_OK);
+      assert_true(ps.body_runs >= 4 * HT); /* the scan, the cond and their backward */
+      if (!strcmp(execs[e].sched, "ws") && execs[e].threads > 1 && opened != 1)
+        fail_msg("%s: %lld parallel regions for one call (want 1)", ctx, (long long)opened);
+      if (strcmp(execs[e].sched, "omp") && execs[e].threads == 1 && opened != 0)
+        fail_msg("%s: %lld parallel regions at one thread", ctx, (long long)opened);
+      double acc = tu_get(graft_variable_value(hr.c.acc), 0);
+      if (e) {
+        assert_outs_equal(got, ref, 5, ctx);
+        if (acc != ref_acc) fail_msg("%s: the variable differs from seq's", ctx);
+        tu_destroy_outs(got, 5);
+      } else {
+        ref_acc = acc;
+      }
+      held_close(&hr);
+    }
+    tu_destroy_outs(ref, 5);
+    tu_destroy_outs(in, 6);
+  }
+  graft__ctl_team_always = 0;
+}
+
+/* A bad label in a branch of the scan's body (a job for the team) fails
+ * the call at that iteration, leaves the outputs and the variable as they
+ * were, and the team's next call gives the bits of seq. */
+static void test_graft_function_call__failure_in_a_held_team_body(void **state) {
+  (void)state;
+  graft__ctl_team_always = 1;
+  graft_tensor *in[6];
+  held_inputs(in, 1);
+  int32_t *lab = graft_tensor_data(in[4]);
+  graft_tensor *ref[5] = {NULL};
+  for (size_t e = 0; e < TU_N_OF(execs); e++) {
+    held_run hr;
+    held_open(&hr, &execs[e]);
+    char ctx[64];
+    snprintf(ctx, sizeof ctx, "%s x%d", execs[e].sched, execs[e].threads);
+    graft_tensor *out[5] = {NULL};
+    tu_assert_call_ok(hr.f, 6, in, 5, out);
+    if (!e) memcpy(ref, out, sizeof ref);
+    void *before[5], *v_before = bytes_of(graft_variable_value(hr.c.acc));
+    for (int i = 0; i < 5; i++) before[i] = bytes_of(out[i]);
+    for (int bad = 0; bad < 2; bad++) { /* twice: a failed call leaves the team usable */
+      lab[7 * PB + 5] = PH;
+      graft_status st = graft_function_call(hr.f, 6, in, 5, out);
+      lab[7 * PB + 5] = 3;
+      if (st != GRAFT_EINVAL) fail_msg("%s: status %s, want GRAFT_EINVAL", ctx, graft_status_name(st));
+      const char *msg = graft_function_errmsg(hr.f);
+      if (!strstr(msg, "scan: body, iteration 7: cond: then branch: softmax_cross_entropy") ||
+          !strstr(msg, "label 128 out of range [0, 128)"))
+        fail_msg("%s: message \"%s\" does not name the body, iteration 7, the branch, the op and the label",
+                 ctx, msg);
+      for (int i = 0; i < 5; i++) assert_bytes(out[i], before[i], "an output");
+      assert_bytes(graft_variable_value(hr.c.acc), v_before, "the variable");
+    }
+    for (int i = 0; i < 5; i++) free(before[i]);
+    free(v_before);
+    tu_assert_call_ok(hr.f, 6, in, 5, out);
+    if (e) {
+      assert_outs_equal(out, ref, 5, ctx);
+      tu_destroy_outs(out, 5);
+    }
+    held_close(&hr);
+  }
+  tu_destroy_outs(ref, 5);
+  tu_destroy_outs(in, 6);
+  graft__ctl_team_always = 0;
+}
+
+/* Called from the caller's own parallel region, a scan runs on each calling
+ * thread (no team of its own: no region opened), with seq's bits. */
+static void test_graft_function_call__held_team_not_inside_omp_parallel(void **state) {
+  (void)state;
+  enum { CALLERS = 2 };
+  graft__ctl_team_always = 1;
+  graft_tensor *in[6];
+  held_inputs(in, 1);
+  held_run seq;
+  held_open(&seq, &execs[0]);
+  graft_tensor *ref[5] = {NULL};
+  tu_assert_call_ok(seq.f, 6, in, 5, ref);
+  held_close(&seq);
+  graft_runtime *rt = tu_runtime_of("ws", 2, 0);
+  graft_tensor *got[CALLERS][5];
+  graft_status status[CALLERS];
+  int64_t regions = graft__exec_ws_regions;
+#pragma omp parallel num_threads(CALLERS)
+  {
+    int k = omp_get_thread_num();
+    double zero = 0;
+    held_ctx c = {0};
+    graft_function_desc d = {.name = "held_scan", .trace = held_scan, .user = &c, .n_inputs = 6, .n_outputs = 5};
+    graft_function *f = NULL;
+    memset(got[k], 0, sizeof got[k]);
+    status[k] = graft_variable_create(NULL, "acc", F64, 0, NULL, &zero, 0, &c.acc);
+    if (status[k] == GRAFT_OK) status[k] = graft_function_create(rt, &d, &f);
+    if (status[k] == GRAFT_OK) status[k] = graft_function_call(f, 6, in, 5, got[k]);
+    graft_function_destroy(f);
+    graft_variable_destroy(c.acc);
+  }
+  assert_int_equal(graft__exec_ws_regions, regions);
+  for (int k = 0; k < CALLERS; k++) {
+    tu_assert_status(status[k], GRAFT_OK);
+    assert_outs_equal(got[k], ref, 5, "inside omp parallel");
+    tu_destroy_outs(got[k], 5);
+  }
+  graft_runtime_destroy(rt);
+  tu_destroy_outs(ref, 5);
+  tu_destroy_outs(in, 6);
+  graft__ctl_team_always = 0;
+}
+
 /* ---- x^n by a while loop: the Chrome trace's names and the stats ------------------- */
 
 static graft_status pow_body(graft_trace *t, int n, graft_value *const *v, int no,
@@ -662,6 +898,9 @@ int main(void) {
       cmocka_unit_test(test_graft_function_call__failure_in_a_cond_branch),
       cmocka_unit_test(test_graft_function_call__failure_in_a_while_body),
       cmocka_unit_test(test_graft_function_call__scan_body_parallel_bitwise),
+      cmocka_unit_test(test_graft_function_call__held_team_bitwise),
+      cmocka_unit_test(test_graft_function_call__failure_in_a_held_team_body),
+      cmocka_unit_test(test_graft_function_call__held_team_not_inside_omp_parallel),
       cmocka_unit_test(test_graft_function_call__chrome_trace_names_iterations),
       cmocka_unit_test(test_graft_function_call__failure_stops_the_scan),
       cmocka_unit_test(test_graft_plan_stats__body_runs_and_ops),
