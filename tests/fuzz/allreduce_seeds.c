@@ -21,14 +21,7 @@
 #include "allreduce_target.h"
 #include "fuzz.h"
 
-typedef struct seed {
-  uint8_t b[1024];
-  size_t n;
-} seed;
-
-static void put(seed *s, unsigned v) {
-  if (s->n < sizeof s->b) s->b[s->n++] = (uint8_t)v;
-}
+typedef fz_seed seed;
 
 /* One value: dtype byte, dims (AR_DIM_*; their count is the rank), ops
  * and the module byte. */
@@ -46,14 +39,14 @@ typedef struct prog {
 static void emit(seed *s, const prog *p) {
   memset(s, 0, sizeof *s);
   for (int i = 0; i < AR_H_COUNT; i++)
-    put(s, i != AR_H_NVALUES ? p->h[i] : p->n < 7 ? (unsigned)p->n : 200u + (unsigned)p->n - 7);
+    fz_put(s, i != AR_H_NVALUES ? p->h[i] : p->n < 7 ? (unsigned)p->n : 200u + (unsigned)p->n - 7);
   for (int i = 0; i < p->n; i++) {
     const val *v = &p->v[i];
-    put(s, v->dt), put(s, v->rank);
-    for (unsigned d = 0; d < v->rank; d++) put(s, v->dims[d]);
-    put(s, v->pre), put(s, v->post), put(s, v->var);
+    fz_put(s, v->dt), fz_put(s, v->rank);
+    for (unsigned d = 0; d < v->rank; d++) fz_put(s, v->dims[d]);
+    fz_put(s, v->pre), fz_put(s, v->post), fz_put(s, v->var);
   }
-  for (int c = 0; c < AR_CALLS; c++) put(s, p->call[c]);
+  for (int c = 0; c < AR_CALLS; c++) fz_put(s, p->call[c]);
 }
 
 /* A small model's gradients: a matrix, a vector, a scalar, of f32 and

@@ -46,6 +46,17 @@ static inline int fz_check_reached(int n, const int *reached, const char *const 
   return missing != 0;
 }
 
+/* A generated seed input being built (the *_seeds.c files): fz_put
+ * appends a byte, dropping what would not fit. */
+typedef struct fz_seed {
+  uint8_t b[1024];
+  size_t n;
+} fz_seed;
+
+static inline void fz_put(fz_seed *s, unsigned v) {
+  if (s->n < sizeof s->b) s->b[s->n++] = (uint8_t)v;
+}
+
 /* Write the n bytes of a generated seed input to dir/seed-<name>: 0, or -1
  * with the reason on stderr. */
 static inline int fz_write_seed(const char *dir, const char *name, const void *bytes, size_t n) {

@@ -19,14 +19,7 @@
 #include "fuzz.h"
 #include "module_target.h"
 
-typedef struct seed {
-  uint8_t b[1024];
-  size_t n;
-} seed;
-
-static void put(seed *s, unsigned v) {
-  if (s->n < sizeof s->b) s->b[s->n++] = (uint8_t)v;
-}
+typedef fz_seed seed;
 
 /* Dictionary names (module_target.h). */
 enum { N_W, N_B, N_ENC, N_DEC, N_LAYER, N_X, N_LAYERS, N_STEP, N_LR, N_M, N_W_1, N_UNDER, N_HEAD, N_V };
@@ -40,39 +33,39 @@ enum { N_W, N_B, N_ENC, N_DEC, N_LAYER, N_X, N_LAYERS, N_STEP, N_LR, N_M, N_W_1,
 static unsigned parent_byte(int p) { return p < 0 ? 0u : (unsigned)p + 1; }
 
 static void create(seed *s, int parent, unsigned name) {
-  put(s, MT_OP_CREATE), put(s, parent_byte(parent)), put(s, name), put(s, 0);
+  fz_put(s, MT_OP_CREATE), fz_put(s, parent_byte(parent)), fz_put(s, name), fz_put(s, 0);
 }
 
 static void attach(seed *s, unsigned parent, unsigned attr, unsigned child) {
-  put(s, MT_OP_ATTACH), put(s, parent), put(s, attr), put(s, child);
+  fz_put(s, MT_OP_ATTACH), fz_put(s, parent), fz_put(s, attr), fz_put(s, child);
 }
 
 /* A list slot attribute: list 0 "layers", 1 "blocks", 2 "w"; index among
  * 0 1 2 3 7 10 INT_MAX. */
 static void attach_slot(seed *s, unsigned parent, unsigned list, unsigned idx, unsigned child) {
   static const unsigned byte_of[3] = {129, 130, 128};
-  put(s, MT_OP_ATTACH), put(s, parent), put(s, byte_of[list]), put(s, idx), put(s, child);
+  fz_put(s, MT_OP_ATTACH), fz_put(s, parent), fz_put(s, byte_of[list]), fz_put(s, idx), fz_put(s, child);
 }
 
 /* dtype 0 f32, 1 f64, 2 i32, 3 and 4 bad; mode: module_target.c's dims
  * modes; flags bit 0 trainable. */
 static void variable(seed *s, int owner, unsigned name, unsigned dt, unsigned rank, const unsigned *dims,
                      unsigned mode, unsigned flags, unsigned init) {
-  put(s, MT_OP_VAR), put(s, parent_byte(owner)), put(s, name), put(s, dt), put(s, rank);
-  for (int i = 0; i < 4; i++) put(s, dims && i < (int)rank ? dims[i] : 1);
-  put(s, mode), put(s, flags), put(s, init);
+  fz_put(s, MT_OP_VAR), fz_put(s, parent_byte(owner)), fz_put(s, name), fz_put(s, dt), fz_put(s, rank);
+  for (int i = 0; i < 4; i++) fz_put(s, dims && i < (int)rank ? dims[i] : 1);
+  fz_put(s, mode), fz_put(s, flags), fz_put(s, init);
 }
 
-static void var_destroy(seed *s, unsigned v) { put(s, MT_OP_VAR_DESTROY), put(s, v); }
-static void destroy(seed *s, unsigned m) { put(s, MT_OP_DESTROY), put(s, m); }
-static void walks(seed *s, unsigned m, unsigned variant) { put(s, MT_OP_WALKS), put(s, m), put(s, variant); }
+static void var_destroy(seed *s, unsigned v) { fz_put(s, MT_OP_VAR_DESTROY), fz_put(s, v); }
+static void destroy(seed *s, unsigned m) { fz_put(s, MT_OP_DESTROY), fz_put(s, m); }
+static void walks(seed *s, unsigned m, unsigned variant) { fz_put(s, MT_OP_WALKS), fz_put(s, m), fz_put(s, variant); }
 static void flatten(seed *s, unsigned m, unsigned variant, unsigned status) {
-  put(s, MT_OP_FLATTEN), put(s, m), put(s, variant), put(s, status);
+  fz_put(s, MT_OP_FLATTEN), fz_put(s, m), fz_put(s, variant), fz_put(s, status);
 }
-static void print(seed *s, unsigned m, unsigned variant) { put(s, MT_OP_PRINT), put(s, m), put(s, variant); }
-static void arm(seed *s, unsigned k) { put(s, MT_OP_ARM), put(s, k); }
+static void print(seed *s, unsigned m, unsigned variant) { fz_put(s, MT_OP_PRINT), fz_put(s, m), fz_put(s, variant); }
+static void arm(seed *s, unsigned k) { fz_put(s, MT_OP_ARM), fz_put(s, k); }
 static void set(seed *s, unsigned v, unsigned mode, unsigned seed_byte) {
-  put(s, MT_OP_SET), put(s, v), put(s, mode), put(s, seed_byte);
+  fz_put(s, MT_OP_SET), fz_put(s, v), fz_put(s, mode), fz_put(s, seed_byte);
 }
 
 /* Option bytes (module_target.c decode_value): 0 the default / 0, 1 a
@@ -82,48 +75,48 @@ typedef struct opt {
 } opt;
 
 static void optim(seed *s, int parent, unsigned name, const opt *o) {
-  put(s, MT_OP_OPTIM), put(s, parent_byte(parent)), put(s, name), put(s, o->kind), put(s, o->lr);
+  fz_put(s, MT_OP_OPTIM), fz_put(s, parent_byte(parent)), fz_put(s, name), fz_put(s, o->kind), fz_put(s, o->lr);
   if (o->lr_var == NONE) {
-    put(s, 0);
+    fz_put(s, 0);
   } else {
-    put(s, 1);
-    put(s, o->lr_var);
+    fz_put(s, 1);
+    fz_put(s, o->lr_var);
   }
-  put(s, o->mom), put(s, o->b1), put(s, o->b2), put(s, o->eps), put(s, o->wd), put(s, o->clip);
-  put(s, o->n);
-  for (unsigned i = 0; i < o->n; i++) put(s, o->v[i]);
-  put(s, o->null_vars);
+  fz_put(s, o->mom), fz_put(s, o->b1), fz_put(s, o->b2), fz_put(s, o->eps), fz_put(s, o->wd), fz_put(s, o->clip);
+  fz_put(s, o->n);
+  for (unsigned i = 0; i < o->n; i++) fz_put(s, o->v[i]);
+  fz_put(s, o->null_vars);
 }
 
 /* mode 0 round trip, 2 strict into b, 3 non-strict into b; arm_load > 0:
  * the load's arm-th allocation fails. */
 static void save_load(seed *s, unsigned a, unsigned b, unsigned mode, unsigned arm_load) {
-  put(s, MT_OP_SAVE_LOAD), put(s, a), put(s, b), put(s, mode);
-  put(s, 3); /* scribble salt */
+  fz_put(s, MT_OP_SAVE_LOAD), fz_put(s, a), fz_put(s, b), fz_put(s, mode);
+  fz_put(s, 3); /* scribble salt */
   if (arm_load) {
-    put(s, 1);
-    put(s, arm_load - 1);
+    fz_put(s, 1);
+    fz_put(s, arm_load - 1);
   } else {
-    put(s, 0);
+    fz_put(s, 0);
   }
 }
 
 /* variant: 1 derive NULL, 2 vars NULL, 3 n_vars -1, 4 out NULL. */
 static void deferred(seed *s, int parent, unsigned name, unsigned n_params, unsigned variant, unsigned n,
                      const unsigned *v) {
-  put(s, MT_OP_DEFERRED), put(s, parent_byte(parent)), put(s, name), put(s, n_params), put(s, variant);
-  put(s, n);
-  for (unsigned i = 0; i < n; i++) put(s, v[i]);
+  fz_put(s, MT_OP_DEFERRED), fz_put(s, parent_byte(parent)), fz_put(s, name), fz_put(s, n_params), fz_put(s, variant);
+  fz_put(s, n);
+  for (unsigned i = 0; i < n; i++) fz_put(s, v[i]);
 }
 
 /* d: the rank of a deferred module among the live deferred ones; mode 1:
  * variable v set between two calls. */
 static void deferred_call(seed *s, unsigned d, unsigned mode, unsigned v) {
-  put(s, MT_OP_DEFERRED_CALL), put(s, d), put(s, mode), put(s, v), put(s, 9);
+  fz_put(s, MT_OP_DEFERRED_CALL), fz_put(s, d), fz_put(s, mode), fz_put(s, v), fz_put(s, 9);
 }
 
-static void save_bad(seed *s, unsigned a, unsigned k) { put(s, MT_OP_SAVE_LOAD), put(s, a), put(s, a), put(s, 4), put(s, k); }
-static void load_bad(seed *s, unsigned a, unsigned k) { put(s, MT_OP_SAVE_LOAD), put(s, a), put(s, a), put(s, 5), put(s, k); }
+static void save_bad(seed *s, unsigned a, unsigned k) { fz_put(s, MT_OP_SAVE_LOAD), fz_put(s, a), fz_put(s, a), fz_put(s, 4), fz_put(s, k); }
+static void load_bad(seed *s, unsigned a, unsigned k) { fz_put(s, MT_OP_SAVE_LOAD), fz_put(s, a), fz_put(s, a), fz_put(s, 5), fz_put(s, k); }
 
 static const unsigned d23[] = {2, 3}, d3[] = {3}, d4[] = {4}, d221[] = {2, 2, 1}, d0[] = {0, 2};
 
@@ -183,16 +176,16 @@ static void prog_names(seed *s) {
     create(s, ROOT, bad_names[i]);
     create(s, 0, bad_names[i]);
   }
-  put(s, MT_OP_CREATE), put(s, 1), put(s, MT_NAME_STREAM), put(s, 5), put(s, 'a'), put(s, 0xff),
-      put(s, 'b'), put(s, 'c'), put(s, 'd'), put(s, 0);
-  put(s, MT_OP_CREATE), put(s, 0), put(s, N_X), put(s, 1); /* out NULL */
+  fz_put(s, MT_OP_CREATE), fz_put(s, 1), fz_put(s, MT_NAME_STREAM), fz_put(s, 5), fz_put(s, 'a'), fz_put(s, 0xff),
+      fz_put(s, 'b'), fz_put(s, 'c'), fz_put(s, 'd'), fz_put(s, 0);
+  fz_put(s, MT_OP_CREATE), fz_put(s, 0), fz_put(s, N_X), fz_put(s, 1); /* out NULL */
   create(s, 0, N_W);
   create(s, 0, N_W);
   create(s, 0, N_W_1);                             /* w_1 is taken: w_1_1 */
   create(s, 0, N_W);                               /* w_2 */
   for (unsigned b = MT_ATTR_BAD; b < MT_ATTR_BAD + 13; b++) attach(s, 0, b, 1);
   attach(s, 0, MT_ATTR_LONG, 1);
-  put(s, MT_OP_ATTACH), put(s, 0), put(s, MT_ATTR_TAKEN), put(s, 1), put(s, 1);
+  fz_put(s, MT_OP_ATTACH), fz_put(s, 0), fz_put(s, MT_ATTR_TAKEN), fz_put(s, 1), fz_put(s, 1);
   attach_slot(s, 0, 2, 6, 1);                      /* w[INT_MAX]: w is a single entry */
   attach_slot(s, 0, 1, 6, 1);                      /* blocks[INT_MAX] */
   attach(s, NONE, N_X, 1);
