@@ -21,6 +21,9 @@
 #                        prints each one's tables, collects every row in
 #                        BENCH_JSON (build/bench-results.jsonl)
 #   make bench-table     write BENCH_JSON's tables into docs/benchmarks.md
+#   make bench-torch     the demo's training steps against PyTorch 1.13 on
+#                        this machine, in alternating rounds (bench/vs_torch.py;
+#                        installs Debian's python3-torch first, about 1 GB)
 #   make install         meson install into PREFIX (/usr/local) and LIBDIR
 #                        (lib/<multiarch>, e.g. lib/x86_64-linux-gnu, else lib),
 #                        DESTDIR honoured; then ldconfig when run as root
@@ -39,7 +42,7 @@
 # SUITES="graph sched" (--suite each),
 # TSAN_SUITES (default "sched graph common"), TSAN_ARCHER (path of libarcher.so),
 # MESON_TEST_ARGS, MESON_SETUP_ARGS, DEMO_ARGS, BENCH_ARGS (more options for each bench),
-# BENCH_MPIRUN (how bench_mpi is started),
+# BENCH_MPIRUN (how bench_mpi is started), TORCH_ARGS (options of vs_torch.py),
 # STRESS_COUNT (sets -Dstress_count), NO_DEPS=1 (skip the package check),
 # FUZZ_BUILD, FUZZ_SECONDS (per target, default 60), FUZZ_TARGETS, FUZZ_ARGS
 # (more libFuzzer flags, e.g. -jobs=2), TEST_FUZZ_SECONDS (make test's fuzzing
@@ -147,7 +150,7 @@ define tsan_build_and_test
   $(call build_and_test,$(TSAN_BUILD),$(TSAN_SETUP_ARGS),$(TSAN_ENV),$(TSAN_TEST_ARGS)) )
 endef
 
-.PHONY: all build deps test tsan stress demo bench bench-table install clean help
+.PHONY: all build deps test tsan stress demo bench bench-table bench-torch install clean help
 
 all: build
 
@@ -244,6 +247,12 @@ bench: build
 	mv "$$part" "$(BENCH_JSON)" && \
 	echo "==> every row: $(BENCH_JSON); make bench-table writes the tables into docs/benchmarks.md"; \
 	exit $$rc
+
+# PyTorch is only a benchmark's baseline: not in DEB_PACKAGES.
+TORCH_ARGS ?=
+bench-torch: build
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES=python3-torch
+	python3 bench/vs_torch.py --build $(BUILD) $(TORCH_ARGS)
 
 bench-table:
 	@if [ ! -f "$(BENCH_JSON)" ]; then echo "graft: no $(BENCH_JSON): run make bench first" >&2; exit 1; fi

@@ -398,7 +398,7 @@ int64_t graft__conv_scratch(const graft__kargs *k) {
  * third of its peak and first clears y in a pass of its own; this sums
  * the 9 products in order and stores each output once. */
 #define DEF_NINE(NAME, T)                                                                     \
-  GRAFT__CONV_CLONES                                                                          \
+  GRAFT__SIMD_CLONES                                                                          \
   static void NAME(const T *restrict w, int64_t Og, const T *restrict c, int64_t P,          \
                    T *restrict y) {                                                           \
     const T *c0 = c, *c1 = c0 + P, *c2 = c1 + P, *c3 = c2 + P, *c4 = c3 + P, *c5 = c4 + P;   \
@@ -422,7 +422,7 @@ int64_t graft__conv_scratch(const graft__kargs *k) {
 #define NINE_SUM(r) \
   (((a##r[0] + a##r[1]) + (a##r[2] + a##r[3])) + ((a##r[4] + a##r[5]) + (a##r[6] + a##r[7])))
 #define DEF_NINE_W(NAME, T)                                                                   \
-  GRAFT__CONV_CLONES                                                                          \
+  GRAFT__SIMD_CLONES                                                                          \
   static void NAME(const T *restrict gy, int64_t Og, const T *restrict c, int64_t P, int add, \
                    T *restrict dw) {                                                          \
     const int64_t P8 = P / 8 * 8;                                                             \

@@ -6,26 +6,6 @@
 
 #include <stdint.h>
 
-/* On x86-64 the loops of conv.c and winograd.c that vectorize are also
- * built for AVX2, and the loader picks the build the CPU runs (an ifunc):
- * twice the vector width for the same operations in the same order (no
- * FMA contraction in C11 mode), so the same bits either way. */
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define GRAFT__CONV_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define GRAFT__CONV_TSAN 1
-#endif
-/* (Not under ThreadSanitizer: the clones' ifunc resolvers run before the
- * sanitizer's runtime starts, and their instrumentation crashes there.) */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !defined(GRAFT__CONV_TSAN)
-#define GRAFT__CONV_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define GRAFT__CONV_CLONES
-#endif
-
 /* Image [N, C, H, W], G groups of Cg channels, kernel KH x KW, stride,
  * padding and dilation; output OH x OW (OHW per plane); columns of
  * R = Cg * KH * KW rows; S = N * OHW. */

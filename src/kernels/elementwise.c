@@ -140,7 +140,7 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
  * same-shape path (a rank-0 value: one element) stays a few instructions. */
 
 #define DEF_UNARY(NAME, TI, TO, EXPR)                                      \
-  static __attribute__((noinline)) void NAME##_bcast(                      \
+  GRAFT__SIMD_OUTLINED static void NAME##_bcast(                           \
       const graft__kargs *k, int64_t begin, int64_t end) {                 \
     const TI *xs_ = (const TI *)k->in[0]->data;                            \
     TO *ys_ = (TO *)k->out->data;                                          \
@@ -168,6 +168,7 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
       iter_step(&p_, &it_, n_);                                            \
     }                                                                      \
   }                                                                        \
+  GRAFT__SIMD_CLONES                                                       \
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
     const TI *xs_ = (const TI *)k->in[0]->data;                            \
     TO *ys_ = (TO *)k->out->data;                                          \
@@ -183,7 +184,7 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
   }
 
 #define DEF_BINARY(NAME, T, EXPR)                                          \
-  static __attribute__((noinline)) void NAME##_bcast(                      \
+  GRAFT__SIMD_OUTLINED static void NAME##_bcast(                           \
       const graft__kargs *k, int64_t begin, int64_t end) {                 \
     const T *as_ = (const T *)k->in[0]->data;                              \
     const T *bs_ = (const T *)k->in[1]->data;                              \
@@ -226,6 +227,7 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
       iter_step(&p_, &it_, n_);                                            \
     }                                                                      \
   }                                                                        \
+  GRAFT__SIMD_CLONES                                                       \
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
     const T *as_ = (const T *)k->in[0]->data;                              \
     const T *bs_ = (const T *)k->in[1]->data;                              \
@@ -285,6 +287,7 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
 
 /* cond != 0 ? a : b; a NaN condition counts as true (NaN != 0). */
 #define DEF_WHERE(NAME, TC, T)                                             \
+  GRAFT__SIMD_CLONES                                                       \
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
     const TC *cs_ = (const TC *)k->in[0]->data;                            \
     const T *as_ = (const T *)k->in[1]->data;                              \
@@ -339,6 +342,7 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
 /* a * b + c with the product rounded first (two roundings, as mul then
  * add: the build has no floating-point contraction, -std=c11). */
 #define DEF_MUL_ADD(NAME, T)                                               \
+  GRAFT__SIMD_CLONES                                                       \
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
     const T *as_ = (const T *)k->in[0]->data;                              \
     const T *bs_ = (const T *)k->in[1]->data;                              \

@@ -39,12 +39,14 @@ typedef struct hp_f64 {
  * (sqrt without errno: -fno-math-errno).  T is the element type, H its
  * hyperparameter struct. */
 #define UPDATE_LOOPS(T, H, SQRT)                                                          \
-  static void sgd_##T(const H *h, const T *w, const T *g, T *wo, int64_t b, int64_t e) {   \
+  GRAFT__SIMD_CLONES                                                                      \
+  static void sgd_##T(const H *h, const T *w, const T *g, T *wo, int64_t b, int64_t e) {  \
     INDEPENDENT for (int64_t i = b; i < e; i++) {                                         \
       T ge = h->gs * g[i] + h->wd * w[i];                                                 \
       wo[i] = w[i] - h->lr * ge;                                                          \
     }                                                                                     \
   }                                                                                       \
+  GRAFT__SIMD_CLONES                                                                      \
   static void momentum_##T(const H *h, int nesterov, const T *w, const T *g, const T *m,  \
                            T *wo, T *mo, int64_t b, int64_t e) {                          \
     INDEPENDENT for (int64_t i = b; i < e; i++) {                                         \
@@ -55,6 +57,7 @@ typedef struct hp_f64 {
       wo[i] = w[i] - h->lr * d;                                                           \
     }                                                                                     \
   }                                                                                       \
+  GRAFT__SIMD_CLONES                                                                      \
   static void adam_##T(const H *h, int decoupled, const T *w, const T *g, const T *m,     \
                        const T *v, T *wo, T *mo, T *vo, int64_t b, int64_t e) {           \
     const T step = h->lr / h->c1, shrink = decoupled ? (T)1 - h->lr * h->wd : (T)1;       \

@@ -252,7 +252,7 @@ static inline void gr_cols_##S(const T *restrict u, int64_t n, T *restrict v0, T
  * columns past the row, kept apart in e (4 planes of TY x 2), and is redone                       \
  * from them after the pass.  The caller zeroed u and e, whose columns                             \
  * outside the input's stay zero; zero holds W zeros. */                                           \
-GRAFT__CONV_CLONES                                                                                 \
+GRAFT__SIMD_CLONES                                                                                 \
 static void input_##S(const wplane *p, const T *in, int64_t Cin, T *restrict V, int64_t vs,        \
                       int64_t ld, int64_t t0, T *restrict u, T *restrict e, const T *zero) {       \
   const int64_t R = 2 * p->TX, us = p->TY * R + 4, es = 2 * p->TY; /* rows; planes */              \
@@ -304,7 +304,7 @@ static void input_##S(const wplane *p, const T *in, int64_t Cin, T *restrict V, 
  * blocks by row of blocks into u (4 planes of TY rows of 2 TX columns,                            \
  * zeroed by the caller: an odd edge's column stays zero), then (A b) A^T                          \
  * in one pass over the plane's blocks; zero holds OW zeros. */                                    \
-GRAFT__CONV_CLONES                                                                                 \
+GRAFT__SIMD_CLONES                                                                                 \
 static void grad_##S(const wplane *p, const T *g, int64_t Og, T *restrict Gt, int64_t gs,          \
                      int64_t ld, int64_t t0, T *restrict u, const T *zero) {                       \
   const int64_t R = 2 * p->TX, us = p->TY * R;                                                     \
@@ -325,7 +325,7 @@ static void grad_##S(const wplane *p, const T *g, int64_t Og, T *restrict Gt, in
                                                                                                    \
 /* The 4 outputs of each of Tn blocks (A^T m A) from M_xi [Tn] (planes ms                          \
  * apart) into q0..q3 (rows 0 and 1 of the block, columns 0 and 1). */                             \
-GRAFT__CONV_CLONES                                                                                 \
+GRAFT__SIMD_CLONES                                                                                 \
 static void block_out_##S(const T *restrict m, int64_t ms, int64_t Tn, T *restrict q0,             \
                           T *restrict q1, T *restrict q2, T *restrict q3) {                        \
   const T *restrict m0 = m, *restrict m1 = m0 + ms, *restrict m2 = m1 + ms;                        \
@@ -350,7 +350,7 @@ static void block_out_##S(const T *restrict m, int64_t ms, int64_t Tn, T *restri
 /* Output planes OH x OW of nb images (image i's Cout planes at out + i * os)                      \
  * from M_xi [Cout][Tn] (planes ms apart, left zero), cut at the planes'                           \
  * edge; q holds 4 * Tn. */                                                                        \
-GRAFT__CONV_CLONES                                                                                 \
+GRAFT__SIMD_CLONES                                                                                 \
 static void output_##S(const wplane *p, T *M, int64_t ms, int64_t Cout, int64_t Tn,                \
                        int64_t nb, T *out, int64_t os, T *q) {                                     \
   T *q0 = q, *q1 = q0 + Tn, *q2 = q1 + Tn, *q3 = q2 + Tn;                                          \
