@@ -33,9 +33,12 @@
  * gemm11, is the step's 11 GEMMs with each convolution as one GEMM over the
  * whole batch on columns made beforehand (forward, weight gradient of both
  * convs, input gradient of conv2; the dense layers as above): no im2col,
- * col2im, pooling or layout change.  The figure the issue sets for it is
- * vs_pytorch: PyTorch 1.13 trains this CNN at about 2,370 images/s here
- * (batch 64, 1 thread); target 1.2x.
+ * col2im, pooling or layout change.  The issue states that PyTorch 1.13
+ * trains this CNN at about 2,370 images/s here (batch 64, 1 thread) and
+ * sets 1.2x that; vs_pytorch is images/s over that stated figure, for
+ * reference only: the machine's speed drifts, so the target is checked
+ * against PyTorch measured in the same run by make bench-torch
+ * (bench/vs_torch.py), and this benchmark sets the CNN no target.
  *
  * Usage: bench_fashion [--json] [--reps N] [--model mlp|cnn]
  */
@@ -113,7 +116,7 @@ static const bench_model CNN = {
               {1, 0, 288, BATCH * 196, 64}},
     .pytorch_ips = 2370.0,
     .target_ratio = NAN,
-    .target_vs_pytorch = 1.20};
+    .target_vs_pytorch = NAN}; /* measured: make bench-torch */
 
 typedef struct ctx {
   const bench_model *model;
@@ -271,10 +274,11 @@ static void print_row(const ctx *c, int json, int cfg, int reps, const double *m
   double ratio = is_step ? paired[cfg] : NAN;
   double ips = cfg == C_ADAM_C ? NAN : BATCH / med[cfg] * 1e6;
   double vs_torch = is_step ? ips / bm->pytorch_ips : NAN;
-  /* the target is on ratio (MLP) or on vs_pytorch (CNN), of step_ws1 */
+  /* the target, if any, is on ratio or on vs_pytorch, of step_ws1 */
   const int on_ratio = !isnan(bm->target_ratio);
   double target = cfg != C_STEP_WS1 ? NAN : on_ratio ? bm->target_ratio : bm->target_vs_pytorch;
   int met = cfg == C_STEP_WS1 && (on_ratio ? ratio : vs_torch) >= target;
+  const int judged = cfg == C_STEP_WS1 && !isnan(target);
   if (json) {
     printf("{\"type\":\"row\",\"name\":\"%s\",\"batch\":%d,\"threads\":%d,\"reps\":%d",
            row_name(c, cfg), BATCH, THREADS[cfg], reps);
@@ -286,8 +290,8 @@ static void print_row(const ctx *c, int json, int cfg, int reps, const double *m
     bench_json_num("ratio", ratio, "%.3f");
     bench_json_num("vs_pytorch", vs_torch, "%.3f");
     bench_json_num("target", target, "%.2f");
-    if (cfg == C_STEP_WS1) printf(",\"target_on\":\"%s\"", on_ratio ? "ratio" : "vs_pytorch");
-    printf(",\"ok\":%s}\n", cfg == C_STEP_WS1 ? (met ? "true" : "false") : "null");
+    if (judged) printf(",\"target_on\":\"%s\"", on_ratio ? "ratio" : "vs_pytorch");
+    printf(",\"ok\":%s}\n", judged ? (met ? "true" : "false") : "null");
     return;
   }
   char ib[32], rb[32], pb[32], tb[32];
@@ -296,7 +300,7 @@ static void print_row(const ctx *c, int json, int cfg, int reps, const double *m
          is_step ? bm->bound : "-", bench_fmt_num(rb, sizeof rb, "%.3f", ratio),
          bench_fmt_num(pb, sizeof pb, "%.2f", vs_torch),
          bench_fmt_num(tb, sizeof tb, "%.2f", target),
-         cfg == C_STEP_WS1 ? (met ? "yes" : "no") : "-");
+         judged ? (met ? "yes" : "no") : "-");
 }
 
 int main(int argc, char **argv) {
@@ -355,10 +359,14 @@ int main(int argc, char **argv) {
       const int on_ratio = !isnan(c.model->target_ratio);
       printf("# median_us / min_us per call; images_per_s = %d / median; ratio = %s / step "
              "(fraction of the GEMM bound),\n# the median of the reps' own ratios; vs_pytorch = "
-             "images_per_s / %.0f (PyTorch 1.13, "
-             "batch 64, 1 thread, this machine); target: step_ws1 %s >= %.2f\n",
-             BATCH, c.model->bound, c.model->pytorch_ips, on_ratio ? "ratio" : "vs_pytorch",
-             on_ratio ? c.model->target_ratio : c.model->target_vs_pytorch);
+             "images_per_s / %.0f (PyTorch 1.13, batch 64, 1 thread, as the issue states it for "
+             "this machine;\n# measured in the same run: make bench-torch); ",
+             BATCH, c.model->bound, c.model->pytorch_ips);
+      if (on_ratio || !isnan(c.model->target_vs_pytorch))
+        printf("target: step_ws1 %s >= %.2f\n", on_ratio ? "ratio" : "vs_pytorch",
+               on_ratio ? c.model->target_ratio : c.model->target_vs_pytorch);
+      else
+        printf("target: none here (against PyTorch: make bench-torch)\n");
       printf("# %-9s %5s %7s %4s %10s %10s %12s %-8s %6s %8s %6s %3s\n", "name", "batch", "threads",
              "reps", "median_us", "min_us", "images_per_s", "baseline", "ratio", "vs_torch",
              "target", "ok");
