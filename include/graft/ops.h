@@ -44,7 +44,9 @@ extern "C" {
 #define GRAFT_TRANS_B 2u
 
 /* ---- leaves ---------------------------------------------------------- */
-/* Rank-0 constant. */
+/* Rank-0 constant.  Inside a control-flow body it is traced in the
+ * function's own trace and captured, so a loop does not fill it again each
+ * iteration (the same for graft_fill of rank 0). */
 GRAFT_API graft_value *graft_scalar(graft_trace *t, graft_dtype dt, double v);
 /* Constant copied from host data (row-major, dt elements). */
 GRAFT_API graft_value *graft_constant(graft_trace *t, graft_dtype dt, int rank,

@@ -234,8 +234,26 @@ static graft_value *leaf(graft_trace *t, int op, graft_dtype dt, int rank, const
   return emit(t, &sp, 0, NULL);
 }
 
-GRAFT_API graft_value *graft_scalar(graft_trace *t, graft_dtype dt, double v) {
+/* A scalar fill traced inside a control-flow body (graft_scalar,
+ * graft_fill of rank 0) goes to the function's own trace, and the body
+ * captures it like any value from around it: a loop's body then reads it
+ * each iteration instead of filling it again (a while loop's
+ * `x * 0.999999 + 1e-6` ran three fills per iteration), and no gradient
+ * needs it (nothing from a wrt reaches it).  An invalid dtype stays the
+ * body's failure. */
+static graft_value *scalar_fill(graft_trace *t, graft_dtype dt, double v) {
+  graft_trace *root = t;
+  while (root && root->cap && !root->status) root = root->cap->parent;
+  if (root != t && root && !root->status && dtype_ok(dt)) {
+    graft_value *c = leaf(root, GRAFT__OP_FILL, dt, 0, NULL, v, NULL);
+    if (root->status) graft__trace_failf(t, root->status, "%s", root->msg);
+    return t->status ? GRAFT__POISON : c;
+  }
   return leaf(t, GRAFT__OP_FILL, dt, 0, NULL, v, NULL);
+}
+
+GRAFT_API graft_value *graft_scalar(graft_trace *t, graft_dtype dt, double v) {
+  return scalar_fill(t, dt, v);
 }
 
 GRAFT_API graft_value *graft_constant(graft_trace *t, graft_dtype dt, int rank,
@@ -245,6 +263,7 @@ GRAFT_API graft_value *graft_constant(graft_trace *t, graft_dtype dt, int rank,
 
 GRAFT_API graft_value *graft_fill(graft_trace *t, graft_dtype dt, int rank, const int64_t *shape,
                                   double v) {
+  if (rank == 0) return scalar_fill(t, dt, v);
   return leaf(t, GRAFT__OP_FILL, dt, rank, shape, v, NULL);
 }
 

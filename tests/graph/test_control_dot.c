@@ -311,6 +311,13 @@ static void fmt_to(char *out, size_t size, const char *fmt, ...) {
   if (n < 0 || (size_t)n >= size) fail_msg("name \"%s...\" longer than %zu bytes", out, size);
 }
 
+/* A constant that stays in the body that traces it (graft_constant): a
+ * graft_scalar there would be traced in the function's trace and captured,
+ * one more body input than these graphs' wiring checks count. */
+static graft_value *body_const(graft_trace *t, double v) {
+  return graft_constant(t, F64, 0, NULL, &v);
+}
+
 /* ---- a scan whose body holds a cond ------------------------------------- */
 
 /* The outermost trace's w, which the then branch reads (captured twice:
@@ -339,11 +346,11 @@ static graft_status rnn_body(graft_trace *t, int n, graft_value *const *in, int 
                              graft_value **out, void *u) {
   (void)n, (void)no;
   graft_value *pred =
-      graft_greater(t, graft_reduce_sum(t, in[1], 0, NULL, 0), graft_scalar(t, F64, 0));
+      graft_greater(t, graft_reduce_sum(t, in[1], 0, NULL, 0), body_const(t, 0));
   graft_value *r;
   graft_cond(t, pred, 2, in, then_fn, else_fn, u, 1, &r);
   out[0] = r;
-  out[1] = graft_mul(t, r, graft_scalar(t, F64, 2));
+  out[1] = graft_mul(t, r, body_const(t, 2));
   return GRAFT_OK;
 }
 
@@ -462,19 +469,19 @@ static void test_graft_function_write_dot__scan_with_cond_clusters(void **state)
 static graft_status count_cond(graft_trace *t, int n, graft_value *const *in, int no,
                                graft_value **out, void *u) {
   (void)n, (void)no, (void)u;
-  out[0] = graft_less(t, in[0], graft_scalar(t, F64, 5));
+  out[0] = graft_less(t, in[0], body_const(t, 5));
   return GRAFT_OK;
 }
 static graft_status double_fn(graft_trace *t, int n, graft_value *const *in, int no,
                               graft_value **out, void *u) {
   (void)n, (void)no, (void)u;
-  out[0] = graft_mul(t, in[0], graft_scalar(t, F64, 2));
+  out[0] = graft_mul(t, in[0], body_const(t, 2));
   return GRAFT_OK;
 }
 static graft_status count_body(graft_trace *t, int n, graft_value *const *in, int no,
                                graft_value **out, void *u) {
   (void)n, (void)no, (void)u;
-  out[0] = graft_add(t, in[0], graft_scalar(t, F64, 1));
+  out[0] = graft_add(t, in[0], body_const(t, 1));
   graft_remat(t, double_fn, NULL, 1, &in[1], 1, &out[1]);
   return GRAFT_OK;
 }
