@@ -93,6 +93,25 @@ static const struct {
 DEF_SCALAR(float, sqrtf)
 DEF_SCALAR(double, sqrt)
 
+/* Run fn over the node's units [0, N) in the three pieces cut[] makes
+ * (borders that are not multiples of a vector's lanes). */
+static void run_pieces(const graft__node *node, int n_in, const graft__tview *const *vin,
+                       const graft__tview *out, graft__kernel_fn fn, const int64_t cut[4],
+                       const char *what) {
+  char msg[GRAFT__MSG_LEN] = "";
+  graft__kargs k;
+  memset(&k, 0, sizeof k);
+  k.node = node;
+  k.n_in = n_in;
+  k.in = vin;
+  k.out = out;
+  k.msg = msg;
+  k.units = N;
+  for (int p = 0; p < 3; p++)
+    if (fn(&k, cut[p], cut[p + 1]) != GRAFT_OK)
+      fail_msg("%s over [%lld, %lld): %s", what, (long long)cut[p], (long long)cut[p + 1], msg);
+}
+
 /* Run op's kernel over x[0..arity) into y in three pieces. */
 static void run_kernel(int op, graft_dtype dt, void *const x[3], void *y) {
   const int64_t shape[1] = {N};
@@ -108,25 +127,13 @@ static void run_kernel(int op, graft_dtype dt, void *const x[3], void *y) {
     v[j] = (graft__tview){x[j], N, dt, 1, shape};
     vin[j] = &v[j];
   }
-  char msg[GRAFT__MSG_LEN] = "";
-  graft__kargs k;
-  memset(&k, 0, sizeof k);
-  k.node = &node;
-  k.n_in = ops[op].arity;
-  k.in = vin;
-  k.out = &vy;
-  k.msg = msg;
-  k.units = N;
   const int64_t cut[4] = {0, 3, 517, N};
-  for (int p = 0; p < 3; p++)
-    if (graft__kernels[node.op].run(&k, cut[p], cut[p + 1]) != GRAFT_OK)
-      fail_msg("%s kernel over [%lld, %lld): %s", ops[op].name, (long long)cut[p],
-               (long long)cut[p + 1], msg);
+  run_pieces(&node, ops[op].arity, vin, &vy, graft__kernels[node.op].run, cut, ops[op].name);
 }
 
 #define CHECK_OPS(T, DT)                                                                  \
   do {                                                                                    \
-    tu_rng r = {11};                                                           \
+    tu_rng r = {11};                                                                      \
     static T x[3][N], y[N];                                                               \
     for (int j = 0; j < 3; j++)                                                           \
       for (int i = 0; i < N; i++) x[j][i] = (T)input(&r, i, j, DT == GRAFT_F32);           \
@@ -222,20 +229,10 @@ static void run_update(int kind, const hyper *hd, graft_dtype dt, void *w, void 
   vin[j++] = &vwo;
   if (nv >= 2) vin[j++] = &vmo;
   if (nv >= 3) vin[j++] = &vvo;
-  char msg[GRAFT__MSG_LEN] = "";
-  graft__kargs k;
-  memset(&k, 0, sizeof k);
-  k.node = &node;
-  k.n_in = n_in;
-  k.in = vin;
-  k.out = &vwo;
-  k.msg = msg;
-  k.units = N;
   const int64_t cut[4] = {0, 5, 611, N};
-  for (int p = 0; p < 3; p++)
-    if (graft__k_UPDATE(&k, cut[p], cut[p + 1]) != GRAFT_OK)
-      fail_msg("update kind %d over [%lld, %lld): %s", kind, (long long)cut[p],
-               (long long)cut[p + 1], msg);
+  char what[32];
+  snprintf(what, sizeof what, "update kind %d", kind);
+  run_pieces(&node, n_in, vin, &vwo, graft__k_UPDATE, cut, what);
 }
 
 /* For each kind, with and without weight decay, in place and not: three
@@ -245,7 +242,7 @@ static void run_update(int kind, const hyper *hd, graft_dtype dt, void *w, void 
     for (int kind = GRAFT__UPDATE_SGD; kind <= GRAFT__UPDATE_ADAMW; kind++)                \
       for (int wdi = 0; wdi < 2; wdi++)                                                    \
         for (int inplace = 0; inplace < 2; inplace++) {                                    \
-          tu_rng r = {29 + (uint64_t)kind};                                     \
+          tu_rng r = {29 + (uint64_t)kind};                                                \
           static T w[N], g[N], m[N], v[N], wo[N], mo[N], vo[N], rw[N], rm[N], rv[N];       \
           for (int i = 0; i < N; i++) {                                                    \
             rw[i] = w[i] = (T)tu_uniform(&r, -1, 1);                                       \
