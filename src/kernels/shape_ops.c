@@ -26,6 +26,16 @@ static void strides_of(const graft__tview *t, int64_t *st) {
 static void copy_run(char *d, const char *s, size_t es, int64_t stride, int64_t len) {
   if (stride == 1) {
     memcpy(d, s, (size_t)len * es);
+  } else if (stride == 0 && es == 4) { /* broadcast: one value, loaded once */
+    uint32_t v;
+    memcpy(&v, s, 4);
+    for (int64_t i = 0; i < len; i++)
+      memcpy(d + 4 * i, &v, 4);
+  } else if (stride == 0 && es == 8) {
+    uint64_t v;
+    memcpy(&v, s, 8);
+    for (int64_t i = 0; i < len; i++)
+      memcpy(d + 8 * i, &v, 8);
   } else if (es == 4) {
     for (int64_t i = 0; i < len; i++)
       memcpy(d + 4 * i, s + 4 * i * stride, 4);

@@ -218,6 +218,60 @@ static void test_logsumexp__every_axis_combo(void **state) {
   check_every_axis_combo(OP_LSE);
 }
 
+/* ---- sums of contiguous runs ------------------------------------------- */
+
+/* The order reduce.c documents for a sum or mean whose reduced elements are
+ * one contiguous run: element i into partial i % 16 (in double), then the
+ * partials pairwise ((p0 + p1) + (p2 + p3)) + ...  Pinned bitwise, with
+ * data whose sequential sum rounds differently, so a kernel that went back
+ * to one chain (or another order) fails here. */
+static double lane_sum(const graft_tensor *x, int64_t first, int64_t n) {
+  double a[16] = {0};
+  for (int64_t i = 0; i < n; i++) a[i % 16] += tu_get(x, first + i);
+  for (int w = 1; w < 16; w *= 2)
+    for (int i = 0; i < 16; i += 2 * w) a[i] += a[i + w];
+  return a[0];
+}
+
+static void test_reduce_sum__contiguous_runs_in_lanes(void **state) {
+  (void)state;
+  /* {rows, run}: the trailing axis reduced (rows outputs), and all of it */
+  static const int64_t shapes[][2] = {{3, 1037}, {1, 16}, {2, 15}, {5, 33}};
+  tu_rng rng = {0x1a7e5u};
+  int differs = 0; /* cases where one chain would give other bits */
+  for (size_t d = 0; d < 2; d++)
+    for (size_t c = 0; c < TU_N_OF(shapes); c++) {
+      graft_dtype dt = k_dtypes[d];
+      graft_tensor *x = tu_tensor_rand(&rng, dt, 2, shapes[c], -1.0, 1.0);
+      for (int64_t i = 0; i < graft_tensor_numel(x); i += 7) /* magnitudes apart */
+        tu_set(x, i, tu_get(x, i) * (dt == GRAFT_F64 ? 1e9 : 1e4));
+      for (int op = OP_SUM; op <= OP_MEAN; op++)
+        for (int all = 0; all <= 1; all++) {
+          reduce_param p = {.op = op, .n_axes = all ? 0 : 1, .axes = {1}};
+          char msg[512];
+          graft_tensor *out = NULL;
+          tu_assert_run_ok(tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg), k_ops[op].name, msg);
+          int64_t n_out = all ? 1 : shapes[c][0], run = graft_tensor_numel(x) / n_out;
+          for (int64_t o = 0; o < n_out; o++) {
+            double want = lane_sum(x, o * run, run), chain = 0.0;
+            for (int64_t i = 0; i < run; i++) chain += tu_get(x, o * run + i);
+            if (op == OP_MEAN) want /= (double)run, chain /= (double)run;
+            if (dt == GRAFT_F32) want = (float)want, chain = (float)chain;
+            double got = tu_get(out, o);
+            if (memcmp(&got, &want, sizeof got) != 0)
+              fail_msg("%s %s [%lld, %lld] %s output %lld: %.17g, want %.17g (16 lanes)",
+                       k_ops[op].name, graft_dtype_name(dt), (long long)shapes[c][0],
+                       (long long)shapes[c][1], all ? "all axes" : "axis 1", (long long)o, got,
+                       want);
+            differs += got != chain;
+          }
+          graft_tensor_destroy(out);
+        }
+      graft_tensor_destroy(x);
+    }
+  assert_true(differs > 0);
+}
+
 /* ---- rank-0 input ----------------------------------------------------- */
 
 static void test_reduce__rank0_input_all_axes(void **state) {
@@ -418,6 +472,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_max__every_axis_combo),
       cmocka_unit_test(test_reduce_prod__every_axis_combo),
       cmocka_unit_test(test_logsumexp__every_axis_combo),
+      cmocka_unit_test(test_reduce_sum__contiguous_runs_in_lanes),
       cmocka_unit_test(test_reduce__rank0_input_all_axes),
       cmocka_unit_test(test_reduce__output_shapes),
       cmocka_unit_test(test_reduce_sum__empty_is_zero),
