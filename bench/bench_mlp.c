@@ -41,6 +41,10 @@
  * only applies Adam to six gradient inputs) against stream_copy, a memcpy
  * moving as many bytes as the update reads and writes (7 floats per
  * parameter: a copy of 3.5 floats per parameter reads and writes that).
+ The SGD step's floor: sgd_c, w -= lr * g over as many parameters in plain
+ * C (1 thread; sgd_omp2: split in two under omp), the update's own memory
+ * pass; step_floor = the step / (its GEMMs + that pass), 1 and 2 threads
+ * (the elementwise ops come on top: 1.00 would be no cost at all).
  * Before timing, one graft step and one direct step from the same weights
  * must agree (loss and every update).  Every timed step's loss is kept, in
  * call order: it must end lower than it started.
@@ -110,6 +114,7 @@ static graft_status trace_forward(graft_trace *t, int n_in, graft_value *const *
 typedef struct adam_c {
   bench_adam a;              /* the loop's state */
   float *src, *dst;          /* stream_copy: 3.5 floats per parameter */
+  float *sgd_w, *sgd_g;      /* sgd_c: w -= LR * g over as many parameters */
 } adam_c;
 
 static graft_module *g_adam; /* the optimizer of the model's variables */
@@ -163,8 +168,11 @@ static int adam_create(model *m) {
   for (int i = 0; i < N_VARS; i++) n += var_count(i);
   if (bench_adam_init(&a->a, n)) return -1;
   a->src = bench_alloc_f32(n * 7 / 2 + 1), a->dst = bench_alloc_f32(n * 7 / 2 + 1);
-  if (!a->src || !a->dst) return bench_oom();
+  a->sgd_w = bench_alloc_f32(n), a->sgd_g = bench_alloc_f32(n);
+  if (!a->src || !a->dst || !a->sgd_w || !a->sgd_g) return bench_oom();
   bench_fill_f32(a->src, n * 7 / 2 + 1, 33, 1.0f);
+  bench_fill_f32(a->sgd_w, n, 34, 1.0f);
+  bench_fill_f32(a->sgd_g, n, 35, 0.01f);
   graft_optimizer_desc d = {.kind = GRAFT_OPT_ADAM, .lr = ADAM_LR};
   if (bench_report(graft_optimizer_create(NULL, "adam", &d, N_VARS, m->var, &g_adam),
                    "graft_optimizer_create", NULL))
@@ -180,10 +188,25 @@ static int adam_create(model *m) {
   return 0;
 }
 
+/* The SGD update's own memory pass in plain C (what graft's six
+ * assign_subs must at least cost): w -= LR * g over the model's 1.86 M
+ * parameters, on 1 thread or split in two under omp. */
+static void sgd_c(int threads) {
+  float *w = g_adam_c.sgd_w;
+  const float *g = g_adam_c.sgd_g, lr = (float)LR;
+  const int64_t n = g_adam_c.a.n;
+  if (threads == 1) {
+    for (int64_t i = 0; i < n; i++) w[i] -= lr * g[i];
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; i++) w[i] -= lr * g[i];
+}
+
 static void adam_destroy(void) {
   adam_c *a = &g_adam_c;
   bench_adam_free(&a->a);
-  free(a->src), free(a->dst);
+  free(a->src), free(a->dst), free(a->sgd_w), free(a->sgd_g);
   for (int i = 0; i < N_VARS; i++) graft_tensor_destroy(g_grads[i]);
   graft_module_destroy(g_adam);
 }
@@ -461,7 +484,7 @@ static int match_gemms(const bench_mm *e, int n, int backward_too) {
 
 /* ---- configs ------------------------------------------------------------------ */
 
-typedef enum ckind { C_STEP, C_FWD, C_DIRECT, C_GEMM, C_ADAM, C_ADAM_UPD, C_ADAM_C, C_COPY } ckind;
+typedef enum ckind { C_STEP, C_FWD, C_DIRECT, C_GEMM, C_ADAM, C_ADAM_UPD, C_ADAM_C, C_COPY, C_SGD_C } ckind;
 
 typedef struct config {
   ckind kind;
@@ -489,7 +512,7 @@ static rt_spec RUNTIMES[MAX_RUNTIMES] = {
 static int n_runtimes = 3;
 
 static config CONFIGS[MAX_CONFIGS];
-_Static_assert(2 * MAX_RUNTIMES + 1 + 4 * N_GEMMS + 4 <= MAX_CONFIGS, "MAX_CONFIGS too small");
+_Static_assert(2 * MAX_RUNTIMES + 1 + 4 * N_GEMMS + 6 <= MAX_CONFIGS, "MAX_CONFIGS too small");
 static int n_configs;
 
 static int find_config(ckind k, const char *sched, int threads, int gemm_i, gemm_variant gv) {
@@ -538,6 +561,8 @@ static int create_configs(model *m) {
   }
   CONFIGS[n_configs++] = (config){.kind = C_ADAM_C, .threads = 1, .sched = "c"};
   CONFIGS[n_configs++] = (config){.kind = C_COPY, .threads = 1, .sched = "c"};
+  CONFIGS[n_configs++] = (config){.kind = C_SGD_C, .threads = 1, .sched = "c"};
+  CONFIGS[n_configs++] = (config){.kind = C_SGD_C, .threads = 2, .sched = "omp"};
   for (int v = GV_SINGLE; v <= last_variant(); v++)
     for (int i = 0; i < N_GEMMS; i++)
       CONFIGS[n_configs++] = (config){.kind = C_GEMM,
@@ -596,6 +621,9 @@ static int call_config(config *cf, run_state *s, int timed) {
     return 0;
   case C_COPY:
     memcpy(g_adam_c.dst, g_adam_c.src, (size_t)(g_adam_c.a.n * 7 / 2) * sizeof(float));
+    return 0;
+  case C_SGD_C:
+    sgd_c(cf->threads);
     return 0;
   case C_GEMM: {
     int par = gemm_run(&GEMMS[cf->gemm], cf->gv);
@@ -913,6 +941,18 @@ static void print_rows(const options *opt, int reps, const results *res, const g
               "stream_copy", cp->median_us, NAN);
     print_row(opt, "stream_copy", "6.5M floats", 1, "c", reps, cp->median_us, cp->min_us, NAN, "",
               NAN, NAN);
+  }
+  /* The SGD step's floor on this machine: its GEMMs and its update's own
+   * memory pass (neither can be avoided; the elementwise ops come on top). */
+  for (int t = 1; t <= 2; t++) {
+    const config *sc = &CONFIGS[find_config(C_SGD_C, t == 1 ? "c" : "omp", t, 0, 0)];
+    const config *sg = &CONFIGS[find_config(C_STEP, "ws", t, 0, 0)];
+    print_row(opt, t == 1 ? "sgd_c" : "sgd_omp2", "1.86M params", t, sc->sched, reps, sc->median_us,
+              sc->min_us, NAN, "stream_copy", CONFIGS[find_config(C_COPY, "c", 1, 0, 0)].median_us,
+              NAN);
+    print_row(opt, "step_floor", MODEL_SHAPE, t, "ws", reps, sg->median_us, sg->min_us,
+              res->step_flops, t == 1 ? "gemm_sum+sgd_c" : "gemm_omp2_sum+sgd_omp2",
+              (t == 1 ? gs->single : gs->halves) + sc->median_us, NAN);
   }
   /* Backward (with the update) over forward. */
   for (int r = 0; r < n_runtimes; r++) {
