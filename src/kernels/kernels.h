@@ -106,8 +106,10 @@ graft_status graft__kernel_run_scratch(const graft__kargs *k, int64_t begin, int
 #define GRAFT__FUSED_MAX_IN 16
 /* Elements per member call: large enough that a member kernel's per-call
  * setup (about 20 ns: a broadcast plan) is noise, small enough that a
- * chunk's slots stay in L2 (a slot holds doubles: 64 KiB). */
-#define GRAFT__FUSED_CHUNK 8192
+ * chunk's slots stay in L1 (a slot holds up to 1024 doubles, 8 KiB).  The
+ * demo's Adam written as ops (bench_small_step ops_on): step / its GEMMs
+ * 2.07-2.10 at 256-2048 elements, 2.5 at 8192 (slots in L2). */
+#define GRAFT__FUSED_CHUNK 1024
 #define GRAFT__FUSED_NAME 96
 
 typedef struct graft__fused_member {

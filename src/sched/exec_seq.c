@@ -1,5 +1,6 @@
 /* The sequential reference executor: compute nodes in topological order on
  * the calling thread.  GRAFT_SCHED=seq, and the oracle for the others. */
+#include "common/simd_state.h"
 #include "sched/chrome.h"
 #include "sched/sched.h"
 
@@ -20,7 +21,7 @@ void graft__exec_trace_write(const graft_runtime *rt, const graft__plan *p, cons
   graft__chrome_write(rt->trace, p->g->name, b->ev, b->n, node_name, p->g);
 }
 
-graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reason) {
+static graft_status run_tile(graft__plan *p, uint32_t i, int64_t t, char *reason) {
   graft__kargs k = p->kargs[i];
   k.msg = reason;
   reason[0] = '\0';
@@ -41,6 +42,12 @@ graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reaso
   if (p->scratch_per[i]) /* never whole: see graft__plan_tile */
     return graft__kernel_run_scratch(&k, b, e, p->scratch + p->scratch_off[i] + t * p->scratch_per[i]);
   return k.fn(&k, b, e);
+}
+
+graft_status graft__exec_tile(graft__plan *p, uint32_t i, int64_t t, char *reason) {
+  graft_status st = run_tile(p, i, t, reason);
+  graft__simd_clean_upper(); /* see common/simd_state.h */
+  return st;
 }
 
 graft_status graft__exec_finish(graft__plan *p, uint32_t i, char *reason) {

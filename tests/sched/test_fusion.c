@@ -12,7 +12,7 @@
  *    (so they must stay stored), and a variable assigned by a chain; each
  *    runs fused under seq, ws at 1, 2, 3, 4 and 8 threads and omp at 2 and
  *    4, at grains that cut fused nodes into several tiles and, for
- *    [B, N] shapes over 8192 elements, tiles whose boundaries cut
+ *    [B, N] shapes over GRAFT__FUSED_CHUNK elements, tiles whose boundaries cut
  *    GRAFT__FUSED_CHUNK-element chunks (two calls each, the second into the
  *    caller's tensors); fusion must have happened (groups counted);
  *  - an MLP training step with graft's Adam and with Adam written as plain
@@ -42,7 +42,7 @@
  *    graft_runtime_opts.fusion (precedence, the runtime's description,
  *    and a bad value refused with GRAFT_EINVAL and a message naming the
  *    setting and "on, off");
- *  - tiles of a fused node that cut its 8192-element chunks (tiles of 10000
+ *  - tiles of a fused node that cut its GRAFT__FUSED_CHUNK-element chunks (tiles of 10000
  *    and of 25000 elements, and one tile of 50000), against a plain C loop
  *    and the unfused plan.
  *
@@ -280,7 +280,7 @@ static void ew_spec_make(ew_spec *s, uint64_t seed) {
   s->rank = k == 0 ? 0 : k == 1 ? 1 : 2;
   s->d[0] = tu_int(&r, 1, 9);
   /* Mostly small rows; one case in three rows of 1000 to 12000, so [d0, d1]
-   * often holds several 8192-element chunks. */
+   * often holds several GRAFT__FUSED_CHUNK-element chunks. */
   s->d[1] = tu_int(&r, 0, 2) ? tu_int(&r, 2, 64) : tu_int(&r, 1000, 12000);
   s->n_ops = (int)tu_int(&r, 8, 40);
   static const int grains[] = {0, 0, 1, 2, 3}; /* k_grains: 64 twice as often */
@@ -1265,13 +1265,15 @@ static void test_graft_function_call__fused_tiles_cutting_chunks(void **state) {
   static const sched_cfg cfgs[] = {{"seq", 1}, {"ws", 1}, {"ws", 3}, {"omp", 2}};
   for (size_t k = 0; k < COUNT(cfgs); k++) {
     /* mul + add + relu: cost 3 a element, so grain 30000 gives tiles of
-     * 10000 elements: chunks [0, 8192) [8192, 10000) [10000, 18192) ... */
-    _Static_assert(GRAFT__FUSED_CHUNK == 8192, "the tiles below are sized to cut 8192-element chunks");
+     * 10000 elements: chunks [0, 1024) ... [9216, 10000) [10000, 11024)
+     * ..., a short chunk at every tile's end. */
+    _Static_assert(10000 % GRAFT__FUSED_CHUNK && 25000 % GRAFT__FUSED_CHUNK && 10000 > GRAFT__FUSED_CHUNK,
+                   "the tiles below end inside a chunk");
     check_chunks(5, 10000, 3 * 10000, 10000, &cfgs[k]);
     /* At most 16 tiles for a node with scratch: 400000 elements at grain
      * 64 run in tiles of 25000. */
     check_chunks(8, 50000, 64, 25000, &cfgs[k]);
-    /* One tile of 50000 elements: seven chunks, the last short. */
+    /* One tile of 50000 elements: many chunks, the last short. */
     check_chunks(5, 10000, 3 * 50000, 50000, &cfgs[k]);
   }
 }
