@@ -45,6 +45,10 @@
  * C (1 thread; sgd_omp2: split in two under omp), the update's own memory
  * pass; step_floor = the step / (its GEMMs + that pass), 1 and 2 threads
  * (the elementwise ops come on top: 1.00 would be no cost at all).
+ * gemm_chain (gemm_omp2_chain): the eight GEMMs back to back once per call,
+ * each as one call (in two row halves under omp), so none runs on operands
+ * it has just loaded, as in a step; step_chain = the step / (that chain +
+ * the update's pass).  gemm_sum times each GEMM repeated, operands hot.
  * Before timing, one graft step and one direct step from the same weights
  * must agree (loss and every update).  Every timed step's loss is kept, in
  * call order: it must end lower than it started.
@@ -484,7 +488,9 @@ static int match_gemms(const bench_mm *e, int n, int backward_too) {
 
 /* ---- configs ------------------------------------------------------------------ */
 
-typedef enum ckind { C_STEP, C_FWD, C_DIRECT, C_GEMM, C_ADAM, C_ADAM_UPD, C_ADAM_C, C_COPY, C_SGD_C } ckind;
+typedef enum ckind {
+  C_STEP, C_FWD, C_DIRECT, C_GEMM, C_ADAM, C_ADAM_UPD, C_ADAM_C, C_COPY, C_SGD_C, C_GEMM_CHAIN
+} ckind;
 
 typedef struct config {
   ckind kind;
@@ -512,7 +518,7 @@ static rt_spec RUNTIMES[MAX_RUNTIMES] = {
 static int n_runtimes = 3;
 
 static config CONFIGS[MAX_CONFIGS];
-_Static_assert(2 * MAX_RUNTIMES + 1 + 4 * N_GEMMS + 6 <= MAX_CONFIGS, "MAX_CONFIGS too small");
+_Static_assert(2 * MAX_RUNTIMES + 1 + 4 * N_GEMMS + 8 <= MAX_CONFIGS, "MAX_CONFIGS too small");
 static int n_configs;
 
 static int find_config(ckind k, const char *sched, int threads, int gemm_i, gemm_variant gv) {
@@ -563,6 +569,8 @@ static int create_configs(model *m) {
   CONFIGS[n_configs++] = (config){.kind = C_COPY, .threads = 1, .sched = "c"};
   CONFIGS[n_configs++] = (config){.kind = C_SGD_C, .threads = 1, .sched = "c"};
   CONFIGS[n_configs++] = (config){.kind = C_SGD_C, .threads = 2, .sched = "omp"};
+  CONFIGS[n_configs++] = (config){.kind = C_GEMM_CHAIN, .threads = 1, .sched = "blas"};
+  CONFIGS[n_configs++] = (config){.kind = C_GEMM_CHAIN, .threads = 2, .sched = "omp"};
   for (int v = GV_SINGLE; v <= last_variant(); v++)
     for (int i = 0; i < N_GEMMS; i++)
       CONFIGS[n_configs++] = (config){.kind = C_GEMM,
@@ -624,6 +632,9 @@ static int call_config(config *cf, run_state *s, int timed) {
     return 0;
   case C_SGD_C:
     sgd_c(cf->threads);
+    return 0;
+  case C_GEMM_CHAIN:
+    for (int i = 0; i < N_GEMMS; i++) gemm_run(&GEMMS[i], cf->threads == 1 ? GV_SINGLE : GV_HALVES);
     return 0;
   case C_GEMM: {
     int par = gemm_run(&GEMMS[cf->gemm], cf->gv);
@@ -953,6 +964,19 @@ static void print_rows(const options *opt, int reps, const results *res, const g
     print_row(opt, "step_floor", MODEL_SHAPE, t, "ws", reps, sg->median_us, sg->min_us,
               res->step_flops, t == 1 ? "gemm_sum+sgd_c" : "gemm_omp2_sum+sgd_omp2",
               (t == 1 ? gs->single : gs->halves) + sc->median_us, NAN);
+  }
+  /* The same GEMMs back to back, each once (as in a step, none repeats on
+   * operands it just loaded), and the step against them plus the update. */
+  for (int t = 1; t <= 2; t++) {
+    const config *ch = &CONFIGS[find_config(C_GEMM_CHAIN, t == 1 ? "blas" : "omp", t, 0, 0)];
+    const config *sc = &CONFIGS[find_config(C_SGD_C, t == 1 ? "c" : "omp", t, 0, 0)];
+    const config *sg = &CONFIGS[find_config(C_STEP, "ws", t, 0, 0)];
+    print_row(opt, t == 1 ? "gemm_chain" : "gemm_omp2_chain", "8 GEMMs", t, ch->sched, reps,
+              ch->median_us, ch->min_us, gs->flops, t == 1 ? "gemm_sum" : "gemm_omp2_sum",
+              t == 1 ? gs->single : gs->halves, NAN);
+    print_row(opt, "step_chain", MODEL_SHAPE, t, "ws", reps, sg->median_us, sg->min_us,
+              res->step_flops, t == 1 ? "gemm_chain+sgd_c" : "gemm_omp2_chain+sgd_omp2",
+              ch->median_us + sc->median_us, NAN);
   }
   /* Backward (with the update) over forward. */
   for (int r = 0; r < n_runtimes; r++) {
