@@ -603,15 +603,20 @@ typedef int (*bench_run_fn)(void *ctx, int c);
 typedef int (*bench_check_fn)(void *ctx, int c);
 
 /* reps rounds over the n configs, rotating which goes first (round r starts
- * at config r % n) so none always runs right after another;
+ * at config r % n, so a config's neighbours in time are the same configs
+ * but none is always first);
  * t[c * reps + r] receives config c's time per call in round r, in us.
- * check (may be NULL) follows each unit, untimed.  0, or -1 at the first
- * failure. */
-static inline int bench_timed_reps(int n, int reps, double *t, bench_run_fn run,
-                                   bench_check_fn check, void *ctx) {
+ * prime (may be NULL) runs right before each timed unit, untimed: one call
+ * of the same config, say, so that the unit finds the caches its own
+ * previous call left (as a training loop does) rather than those of
+ * whichever config ran before it.  check (may be NULL) follows each unit,
+ * untimed.  0, or -1 at the first failure. */
+static inline int bench_timed_reps_primed(int n, int reps, double *t, bench_run_fn run,
+                                          bench_check_fn prime, bench_check_fn check, void *ctx) {
   for (int r = 0; r < reps; r++)
     for (int k = 0; k < n; k++) {
       int c = (r + k) % n;
+      if (prime && prime(ctx, c)) return -1;
       double t0 = bench_now_us();
       int calls = run(ctx, c);
       double us = bench_now_us() - t0;
@@ -620,6 +625,13 @@ static inline int bench_timed_reps(int n, int reps, double *t, bench_run_fn run,
       if (check && check(ctx, c)) return -1;
     }
   return 0;
+}
+
+/* bench_timed_reps_primed without a prime: each unit runs on the caches the
+ * config before it left. */
+static inline int bench_timed_reps(int n, int reps, double *t, bench_run_fn run,
+                                   bench_check_fn check, void *ctx) {
+  return bench_timed_reps_primed(n, reps, t, run, NULL, check, ctx);
 }
 
 /* The median of v[0..n), *min its smallest; sorts v in place. */
