@@ -272,6 +272,44 @@ static void test_reduce_sum__contiguous_runs_in_lanes(void **state) {
   assert_true(differs > 0);
 }
 
+/* A sum or mean over leading axes ([R, O] -> [O], a bias gradient) adds each
+ * column's R elements in row order into one double: the loop built for SSE2
+ * and AVX2 (reduce.c, outer_sum) must give the bits of that scalar chain, on
+ * column counts that are not multiples of a vector's lanes and over the
+ * 256-column blocks the kernel sweeps. */
+static void test_reduce_sum__leading_block_in_row_order(void **state) {
+  (void)state;
+  static const int64_t shapes[][2] = {{37, 1003}, {300, 5}, {7, 257}, {1, 9}};
+  tu_rng rng = {0x0b1a5u};
+  for (size_t d = 0; d < 2; d++)
+    for (size_t c = 0; c < TU_N_OF(shapes); c++) {
+      graft_dtype dt = k_dtypes[d];
+      graft_tensor *x = tu_tensor_rand(&rng, dt, 2, shapes[c], -1.0, 1.0);
+      for (int64_t i = 0; i < graft_tensor_numel(x); i += 5) /* magnitudes apart */
+        tu_set(x, i, tu_get(x, i) * (dt == GRAFT_F64 ? 1e9 : 1e4));
+      const int64_t R = shapes[c][0], O = shapes[c][1];
+      for (int op = OP_SUM; op <= OP_MEAN; op++) {
+        reduce_param p = {.op = op, .n_axes = 1, .axes = {0}};
+        char msg[512];
+        graft_tensor *out = NULL;
+        tu_assert_run_ok(tu_run(g_rt, trace_reduce, &p, 1, &x, 1, &out, msg), k_ops[op].name, msg);
+        for (int64_t o = 0; o < O; o++) {
+          double want = 0.0;
+          for (int64_t i = 0; i < R; i++) want += tu_get(x, i * O + o);
+          if (op == OP_MEAN) want /= (double)R;
+          if (dt == GRAFT_F32) want = (float)want;
+          double got = tu_get(out, o);
+          if (memcmp(&got, &want, sizeof got) != 0)
+            fail_msg("%s %s [%lld, %lld] axis 0, output %lld: %.17g, want %.17g (row order)",
+                     k_ops[op].name, graft_dtype_name(dt), (long long)R, (long long)O, (long long)o,
+                     got, want);
+        }
+        graft_tensor_destroy(out);
+      }
+      graft_tensor_destroy(x);
+    }
+}
+
 /* ---- rank-0 input ----------------------------------------------------- */
 
 static void test_reduce__rank0_input_all_axes(void **state) {
@@ -473,6 +511,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_prod__every_axis_combo),
       cmocka_unit_test(test_logsumexp__every_axis_combo),
       cmocka_unit_test(test_reduce_sum__contiguous_runs_in_lanes),
+      cmocka_unit_test(test_reduce_sum__leading_block_in_row_order),
       cmocka_unit_test(test_reduce__rank0_input_all_axes),
       cmocka_unit_test(test_reduce__output_shapes),
       cmocka_unit_test(test_reduce_sum__empty_is_zero),
