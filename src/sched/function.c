@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/simd_state.h"
 #include "dist/dist.h"
 #include "sched/sched.h"
 
@@ -692,6 +693,7 @@ static void commit(graft_function *f, graft__plan *p, graft_tensor *const *dst,
  * the end cost microseconds) unless a trace wants the workers' slices;
  * the OpenMP-task baseline always starts its team. */
 static graft_status execute(graft_function *f, graft__plan *p, int alone) {
+  graft__simd_clean_upper(); /* the caller's AVX code may have left them dirty */
   if (p->has_ctl) return graft__ctl_run_plan(p, f->rt, f->msg); /* bodies take the team */
   switch (f->rt->cfg.sched) {
   case GRAFT__SCHED_SEQ: return graft__exec_seq(p, f->msg);

@@ -1,5 +1,6 @@
-/* The tile runner leaves the vector registers' upper halves clean after
- * every kernel (common/simd_state.h): code built for the base x86-64 that
+/* The call's entry and the tile runner leave the vector registers' upper
+ * halves clean, the runner after every kernel (common/simd_state.h): code
+ * built for the base x86-64 that
  * runs after AVX code with dirty upper halves pays a state transition at
  * every switch of encoding (libm's exp took 25x longer a call).
  *
@@ -7,10 +8,12 @@
  * runs it: it reads XINUSE (XGETBV with ECX = 1, bit 2: the upper halves of
  * ymm0..15 in use), which the previous tile's runner on that thread left,
  * then dirties the upper halves itself (a VEX-256 instruction) before the
- * tile's kernel runs.  Every reading after a thread's first must be clean.
- * The graph's kernels (softmax, exp, sums) are ones built for the base
- * x86-64 too, so none of them cleans the state by itself.  Skipped where the
- * CPU has no AVX or no XGETBV with ECX = 1. */
+ * tile's kernel runs.  The test's thread dirties them too, right before
+ * each call (a caller's own AVX code), so the call's entry must clean them
+ * as well.  Every reading must be clean (threads start clean).  The graph's
+ * kernels (softmax, exp, sums) are ones built for the base x86-64 too, so
+ * none of them cleans the state by itself.  Skipped where the CPU has no AVX
+ * or no XGETBV with ECX = 1. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -47,17 +50,13 @@ static uint64_t xinuse(void) {
 static void dirty_upper(void) { __asm__ volatile(".byte 0xc5,0xf5,0xfe,0xc9" ::: "xmm1"); }
 #endif
 
-static _Thread_local int seen;     /* this thread ran a tile in this call */
 static _Atomic int readings, dirty;
 
 static graft_status hook(uint32_t node, int64_t tile) {
   (void)node, (void)tile;
 #ifdef HAVE_X86
-  if (seen) {
-    atomic_fetch_add(&readings, 1);
-    if (xinuse() & 4) atomic_fetch_add(&dirty, 1);
-  }
-  seen = 1;
+  atomic_fetch_add(&readings, 1);
+  if (xinuse() & 4) atomic_fetch_add(&dirty, 1);
   dirty_upper();
 #endif
   return GRAFT_OK;
@@ -94,7 +93,9 @@ static void check(const char *sched, int threads) {
   atomic_store(&dirty, 0);
   graft__exec_fault_hook = hook;
   for (int call = 0; call < 4; call++) {
-    seen = 0; /* the caller's own state before the first tile is not graft's */
+#ifdef HAVE_X86
+    dirty_upper(); /* the caller's own AVX code */
+#endif
     tu_assert_call_ok(f, 1, &in, 1, &out);
   }
   graft__exec_fault_hook = NULL;
@@ -108,7 +109,7 @@ static void check(const char *sched, int threads) {
   graft_runtime_destroy(rt);
 }
 
-static void test_simd_state__clean_after_every_tile(void **state) {
+static void test_simd_state__clean_at_entry_and_after_every_tile(void **state) {
   (void)state;
 #ifdef HAVE_X86
   if (!can_read_xinuse()) {
@@ -126,7 +127,7 @@ static void test_simd_state__clean_after_every_tile(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      TU_WATCHED_TEST(test_simd_state__clean_after_every_tile),
+      TU_WATCHED_TEST(test_simd_state__clean_at_entry_and_after_every_tile),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
