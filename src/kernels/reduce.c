@@ -250,7 +250,7 @@ DEF_OUTER_SUM(outer_sum_f64, double)
         int64_t n = GRAFT__MIN((int64_t)CHUNK, end - c0);                        \
         for (int64_t j = 0; j < n; j++)                                          \
           acc[j] = (INIT);                                                       \
-        if (!OUTER(T, acc, x + c0, p->R, p->O, n))                               \
+        if (!(p->R > 0 && OUTER(T, acc, x + c0, p->R, p->O, n))) /* x NULL at R 0 */ \
           for (int64_t i = 0; i < p->R; i++) {                                   \
             const T *row = x + (i * p->O + c0);                                  \
             for (int64_t j = 0; j < n; j++)                                      \

@@ -1267,8 +1267,9 @@ static void test_graft_function_call__fused_tiles_cutting_chunks(void **state) {
     /* mul + add + relu: cost 3 a element, so grain 30000 gives tiles of
      * 10000 elements: chunks [0, 1024) ... [9216, 10000) [10000, 11024)
      * ..., a short chunk at every tile's end. */
-    _Static_assert(10000 % GRAFT__FUSED_CHUNK && 25000 % GRAFT__FUSED_CHUNK && 10000 > GRAFT__FUSED_CHUNK,
-                   "the tiles below end inside a chunk");
+    _Static_assert(10000 % GRAFT__FUSED_CHUNK != 0, "the 10000-element tiles end inside a chunk");
+    _Static_assert(25000 % GRAFT__FUSED_CHUNK != 0, "the 25000-element tiles end inside a chunk");
+    _Static_assert(10000 > GRAFT__FUSED_CHUNK, "a tile holds more than one chunk");
     check_chunks(5, 10000, 3 * 10000, 10000, &cfgs[k]);
     /* At most 16 tiles for a node with scratch: 400000 elements at grain
      * 64 run in tiles of 25000. */
