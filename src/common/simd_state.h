@@ -9,7 +9,9 @@
  * every switch between the two encodings: on the machine this was found on,
  * exp took 110 ns a call instead of 4.4, and one softmax of a 32 x 10 batch
  * 88 us instead of 4.  VZEROUPPER marks the upper halves clean again, for
- * about a cycle; the tile runner issues it after every kernel.
+ * about a cycle; the tile runner issues it after every kernel
+ * (graft__exec_tile), and a call's entry before the first (the caller's own
+ * AVX code).
  *
  * VZEROUPPER is an AVX instruction, so it runs only where the CPU has AVX
  * (where it does not, nothing can have dirtied the upper halves). */
