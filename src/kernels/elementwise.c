@@ -130,6 +130,18 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
   }
 }
 
+/* 1 when in, after its leading 1s, is out's trailing dims: a row that
+ * broadcasts over out's leading dims, read at flat index i % numel. */
+static int is_row_of(const graft__tview *in, const graft__tview *out) {
+  int d0 = 0;
+  while (d0 < in->rank && in->shape[d0] == 1) d0++;
+  const int n = in->rank - d0;
+  if (n == 0 || n > out->rank) return 0;
+  for (int d = 0; d < n; d++)
+    if (in->shape[d0 + d] != out->shape[out->rank - n + d]) return 0;
+  return 1;
+}
+
 /* ---- loop templates --------------------------------------------------
  *
  * Each stamps one static function computing [begin, end) of k's output.
@@ -254,6 +266,32 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
       for (int64_t i_ = begin; i_ < end; i_++) {                           \
         T b = bs_[i_];                                                     \
         ys_[i_] = (EXPR);                                                  \
+      }                                                                    \
+      return;                                                              \
+    }                                                                      \
+    /* one operand a row repeated over the other's leading dims (a bias    \
+     * [C] over [N, C]): element i reads it at i % its length, no plan */  \
+    const int rb_ = na_ == no_ && nb_ > 1 && is_row_of(k->in[1], k->out);  \
+    if (rb_ || (nb_ == no_ && na_ > 1 && is_row_of(k->in[0], k->out))) {   \
+      const int64_t len_ = rb_ ? nb_ : na_;                                \
+      for (int64_t i_ = begin; i_ < end;) {                                \
+        const int64_t j0_ = i_ % len_;                                     \
+        const int64_t n_ = len_ - j0_ < end - i_ ? len_ - j0_ : end - i_;  \
+        T *py_ = ys_ + i_;                                                 \
+        if (rb_) {                                                         \
+          const T *pa_ = as_ + i_, *pb_ = bs_ + j0_;                       \
+          for (int64_t j_ = 0; j_ < n_; j_++) {                            \
+            T a = pa_[j_], b = pb_[j_];                                    \
+            py_[j_] = (EXPR);                                              \
+          }                                                                \
+        } else {                                                           \
+          const T *pa_ = as_ + j0_, *pb_ = bs_ + i_;                       \
+          for (int64_t j_ = 0; j_ < n_; j_++) {                            \
+            T a = pa_[j_], b = pb_[j_];                                    \
+            py_[j_] = (EXPR);                                              \
+          }                                                                \
+        }                                                                  \
+        i_ += n_;                                                          \
       }                                                                    \
       return;                                                              \
     }                                                                      \
