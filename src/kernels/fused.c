@@ -55,6 +55,19 @@ graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end,
                            .out = m == nm - 1 ? k->out : &tmp[m], .msg = k->msg,
                            .fn = fm->fn, .units = k->out->numel, .next = UINT32_MAX};
   }
+  /* An assign rooting the group that copies the member just before it
+   * (which only the root reads): that member writes the node's value
+   * itself and the copy is skipped, the same bits one pass sooner.  Its
+   * writes to chunk [cb, ce) come after every earlier member has read
+   * [cb, ce), as the copy's did, so an input the value overwrites in place
+   * (the variable) is read first either way. */
+  int run = nm;
+  const graft__fused_member *root = &f->m[nm - 1];
+  if (root->node->op == GRAFT__OP_ASSIGN && root->node->n_in == 1 && root->ref[0] == -1 - (nm - 2) &&
+      f->m[nm - 2].dtype == k->out->dtype) {
+    mk[nm - 2].out = k->out;
+    run = nm - 1;
+  }
   for (int64_t cb = begin; cb < end; cb += ch) {
     const int64_t ce = end - cb < ch ? end : cb + ch;
     /* Moved back by cb elements (in integers): the kernel's element cb
@@ -62,7 +75,7 @@ graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end,
     for (int m = 0; m < nm - 1; m++)
       tmp[m].data = (void *)((uintptr_t)(scratch + (int64_t)f->m[m].slot * stride) -
                              (uintptr_t)cb * graft_dtype_size(tmp[m].dtype));
-    for (int m = 0; m < nm; m++) {
+    for (int m = 0; m < run; m++) {
       graft_status st = mk[m].fn(&mk[m], cb, ce);
       if (st != GRAFT_OK) return st;
     }
