@@ -121,7 +121,9 @@ GRAFT_API graft_value *graft_cast(graft_trace *t, graft_value *x, graft_dtype to
  * An empty reduction gives the identity: sum 0, prod 1, max -inf (i32:
  * INT32_MIN), logsumexp -inf; its mean is NaN.  A NaN in a group makes
  * its result NaN (max and logsumexp included); logsumexp of a group whose
- * max is infinite is that max. */
+ * max is infinite is that max.  A NaN result is always the quiet NaN of
+ * C's NAN (whatever the input NaNs' payloads and signs), so it has the
+ * same bits for every executor, tile grain and compiler. */
 GRAFT_API graft_value *graft_reduce_sum(graft_trace *t, graft_value *x, int n_axes,
                                         const int *axes, int keepdims);
 GRAFT_API graft_value *graft_reduce_mean(graft_trace *t, graft_value *x, int n_axes,

@@ -19,7 +19,8 @@
  * no wider type.
  *
  * Empty reductions give the identity: sum 0, prod 1, max -inf (i32
- * INT32_MIN), logsumexp -inf; mean is NaN (0/0).
+ * INT32_MIN), logsumexp -inf; mean is NaN (0/0).  Every NaN result is
+ * written as C's NAN (CANON below).
  */
 #include <math.h>
 #include <stdint.h>
@@ -197,6 +198,17 @@ DEF_SUM_RUN(sum_run_f64, double)
 #define SUM_RUN(T, x, n) _Generic((const T *)0, const float *: sum_run_f32, \
                                   const double *: sum_run_f64)((x), (n))
 
+/* A NaN result is written as the one quiet NaN (NAN): which NaN an add or a
+ * multiply passes on when both operands are NaN (an input NaN, inf - inf)
+ * is the order's and the compiler's choice, and a split reduction adds in
+ * another order than a whole one, so only a canonical NaN keeps results
+ * bitwise equal across splits, grains, executors and compilers.  Integers
+ * pass through. */
+static inline float canon_f32(float v) { return v != v ? (float)NAN : v; }
+static inline double canon_f64(double v) { return v != v ? (double)NAN : v; }
+static inline int32_t canon_i32(int32_t v) { return v; }
+#define CANON(v) _Generic((v), float: canon_f32, double: canon_f64, int32_t: canon_i32)(v)
+
 /* Step and finish rules: STEP(acc, v) folds one element in, FIN(acc, R)
  * turns the accumulator of R elements into the output value. */
 #define STEP_ADD(acc, v) ((acc) += (v))
@@ -257,7 +269,7 @@ DEF_OUTER_SUM(outer_sum_f64, double)
               STEP(acc[j], row[j]);                                              \
           }                                                                      \
         for (int64_t j = 0; j < n; j++)                                          \
-          y[c0 + j] = FIN(acc[j], p->R);                                         \
+          y[c0 + j] = CANON((T)FIN(acc[j], p->R));                               \
       }                                                                          \
       return;                                                                    \
     }                                                                            \
@@ -267,7 +279,7 @@ DEF_OUTER_SUM(outer_sum_f64, double)
       A acc = (INIT);                                                            \
       if (!(p->R > 0 && p->nr == 1 && p->rstride[0] == 1 && RUN(T, acc, x + c.base, p->R))) \
         VISIT(p, T, x, c.base, v, STEP(acc, v));                                 \
-      y[o] = FIN(acc, p->R);                                                     \
+      y[o] = CANON((T)FIN(acc, p->R));                                           \
     }                                                                            \
   }
 
@@ -313,7 +325,7 @@ static double lse_fin(double m, double s) {
             STEP_EXP(s[j], row[j], m[j]);                                        \
         }                                                                        \
         for (int64_t j = 0; j < n; j++)                                          \
-          y[c0 + j] = (T)lse_fin(m[j], s[j]);                                    \
+          y[c0 + j] = CANON((T)lse_fin(m[j], s[j]));                             \
       }                                                                          \
       return;                                                                    \
     }                                                                            \
@@ -324,7 +336,7 @@ static double lse_fin(double m, double s) {
       VISIT(p, T, x, c.base, v, STEP_FMAX(m, (double)v));                        \
       if (isfinite(m))                                                           \
         VISIT(p, T, x, c.base, v, STEP_EXP(s, v, m));                            \
-      y[o] = (T)lse_fin(m, s);                                                   \
+      y[o] = CANON((T)lse_fin(m, s));                                            \
     }                                                                            \
   }
 
@@ -514,8 +526,8 @@ graft_status graft__kernel_combine(const graft__kargs *k, int64_t n_blocks, cons
       }
       a += log(s);
     }
-    if (k->out->dtype == GRAFT_F32) ((float *)k->out->data)[o] = (float)a;
-    else ((double *)k->out->data)[o] = a;
+    if (k->out->dtype == GRAFT_F32) ((float *)k->out->data)[o] = CANON((float)a);
+    else ((double *)k->out->data)[o] = CANON(a);
   }
   return GRAFT_OK;
 }

@@ -316,6 +316,50 @@ static void test_reduce_sum__leading_block_in_row_order(void **state) {
     }
 }
 
+/* A NaN result is C's NAN, bit for bit, whatever NaNs went in: here a
+ * negative NaN, a NaN with another payload and inf - inf in one group, on
+ * seq and on ws with a grain of 4 (split reductions combine blocks), for
+ * every float reduction, dtype and layout (all axes, rows, columns). */
+static void test_reduce__nan_results_are_canonical(void **state) {
+  (void)state;
+  graft_runtime *rts[2] = {tu_runtime_of("seq", 1, 0), tu_runtime_of("ws", 2, 4)};
+  const double odd = -(double)NAN, canon = NAN;
+  union { double d; uint64_t u; } pay = {.d = NAN};
+  pay.u |= 0x1234; /* a quiet NaN with its own payload */
+  static const int64_t shape[2] = {4, 40};
+  for (int r = 0; r < 2; r++)
+    for (size_t d = 0; d < 2; d++)
+      for (int op = OP_SUM; op < OP_COUNT; op++)
+        for (int axis = -1; axis < 2; axis++) {
+          double v[160];
+          for (int i = 0; i < 160; i++) v[i] = (double)(i % 5) - 2.0;
+          graft_tensor *x = tu_tensor_from(k_dtypes[d], 2, shape, v);
+          for (int row = 0; row < 4; row++) { /* a NaN, +inf and -inf in every row */
+            tu_set(x, row * 40 + 3, row % 2 ? odd : pay.d);
+            tu_set(x, row * 40 + 11, INFINITY);
+            tu_set(x, row * 40 + 29, -INFINITY);
+          }
+          for (int64_t j = 0; j < 40; j++) tu_set(x, 2 * 40 + j, j % 2 ? odd : pay.d);
+          reduce_param p = {.op = op, .n_axes = axis < 0 ? 0 : 1, .axes = {axis < 0 ? 0 : axis}};
+          char msg[512];
+          graft_tensor *out = NULL;
+          tu_assert_run_ok(tu_run(rts[r], trace_reduce, &p, 1, &x, 1, &out, msg), k_ops[op].name, msg);
+          for (int64_t o = 0; o < graft_tensor_numel(out); o++) {
+            double got = tu_get(out, o);
+            if (isnan(got) && memcmp(&got, &canon, sizeof got) != 0)
+              fail_msg("%s %s axis %d output %lld (%s): a NaN other than NAN", k_ops[op].name,
+                       graft_dtype_name(k_dtypes[d]), axis, (long long)o, r ? "ws" : "seq");
+            /* every row and (through row 2) every column holds a NaN */
+            if (!isnan(got))
+              fail_msg("%s %s axis %d output %lld: %.17g, want NaN", k_ops[op].name,
+                       graft_dtype_name(k_dtypes[d]), axis, (long long)o, got);
+          }
+          graft_tensor_destroy(out);
+          graft_tensor_destroy(x);
+        }
+  for (int r = 0; r < 2; r++) graft_runtime_destroy(rts[r]);
+}
+
 /* ---- rank-0 input ----------------------------------------------------- */
 
 static void test_reduce__rank0_input_all_axes(void **state) {
@@ -518,6 +562,7 @@ int main(void) {
       cmocka_unit_test(test_logsumexp__every_axis_combo),
       cmocka_unit_test(test_reduce_sum__contiguous_runs_in_lanes),
       cmocka_unit_test(test_reduce_sum__leading_block_in_row_order),
+      cmocka_unit_test(test_reduce__nan_results_are_canonical),
       cmocka_unit_test(test_reduce__rank0_input_all_axes),
       cmocka_unit_test(test_reduce__output_shapes),
       cmocka_unit_test(test_reduce_sum__empty_is_zero),
