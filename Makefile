@@ -3,7 +3,8 @@
 #
 #   make                 configure (first time) and build in ./build
 #   make test            tests in ./build, then again in ./build-asan
-#                        (AddressSanitizer + UBSan), then the sched, graph and
+#                        (AddressSanitizer + UBSan) and in ./build-clang (the
+#                        same, built with clang), then the sched, graph and
 #                        common suites in ./build-tsan (ThreadSanitizer), then
 #                        the fuzz targets for TEST_FUZZ_SECONDS in all;
 #                        fails if any fails
@@ -38,7 +39,7 @@
 #   make fuzz-merge      add the inputs of the last `make fuzz` that reach new
 #                        coverage to tests/fuzz/corpus (then review and commit)
 #
-# Variables: BUILD, ASAN_BUILD, TSAN_BUILD, PREFIX, LIBDIR, BENCH_JSON,
+# Variables: BUILD, ASAN_BUILD, CLANG_BUILD, TSAN_BUILD, PREFIX, LIBDIR, BENCH_JSON,
 # SUITES="graph sched" (--suite each),
 # TSAN_SUITES (default "sched graph common"), TSAN_ARCHER (path of libarcher.so),
 # MESON_TEST_ARGS, MESON_SETUP_ARGS, DEMO_ARGS, BENCH_ARGS (more options for each bench),
@@ -51,6 +52,7 @@
 MESON           ?= meson
 BUILD           ?= build
 ASAN_BUILD      ?= build-asan
+CLANG_BUILD     ?= build-clang
 TSAN_BUILD      ?= build-tsan
 PREFIX          ?= /usr/local
 # The library, graft.pc and the CMake package go to PREFIX/LIBDIR: Debian's
@@ -187,6 +189,9 @@ test: deps
 	$(call build_and_test,$(BUILD),$(SETUP_ARGS),) || { rc=1; echo "==> $(BUILD): FAILED"; }; \
 	echo "==> $(ASAN_BUILD): tests under AddressSanitizer + UBSan"; \
 	$(call build_and_test,$(ASAN_BUILD),$(ASAN_SETUP_ARGS),$(ASAN_ENV)) || { rc=1; echo "==> $(ASAN_BUILD): FAILED"; }; \
+	echo "==> $(CLANG_BUILD): tests under AddressSanitizer + UBSan, built with clang"; \
+	( export CC=clang; $(call build_and_test,$(CLANG_BUILD),$(ASAN_SETUP_ARGS),$(ASAN_ENV)) ) \
+	  || { rc=1; echo "==> $(CLANG_BUILD): FAILED"; }; \
 	echo "==> $(TSAN_BUILD): $(TSAN_SUITES) tests under ThreadSanitizer"; \
 	$(tsan_build_and_test) || { rc=1; echo "==> $(TSAN_BUILD): FAILED"; }; \
 	if [ $(TEST_FUZZ_SECONDS) -gt 0 ]; then \
@@ -269,7 +274,7 @@ install: build
 	fi
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) quickstart.dot fashion_mnist_out
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD) $(TSAN_BUILD) quickstart.dot fashion_mnist_out
 
 # ---- fuzzing (tests/fuzz/README.md) --------------------------------------
 # Each target runs on a scratch copy of tests/fuzz/corpus/<target>, so the
