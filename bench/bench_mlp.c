@@ -961,23 +961,19 @@ static void print_rows(const options *opt, int reps, const results *res, const g
               NAN, NAN);
   }
   /* The SGD step's floor on this machine: its GEMMs and its update's own
-   * memory pass (neither can be avoided; the elementwise ops come on top). */
+   * memory pass (neither can be avoided; the elementwise ops come on top),
+   * with the GEMMs hot (gemm_sum) and back to back, each once (gemm_chain:
+   * as in a step, none repeats on operands it just loaded). */
   for (int t = 1; t <= 2; t++) {
     const config *sc = &CONFIGS[find_config(C_SGD_C, t == 1 ? "c" : "omp", t, 0, 0)];
     const config *sg = &CONFIGS[find_config(C_STEP, "ws", t, 0, 0)];
+    const config *ch = &CONFIGS[find_config(C_GEMM_CHAIN, t == 1 ? "blas" : "omp", t, 0, 0)];
     print_row(opt, t == 1 ? "sgd_c" : "sgd_omp2", "1.86M params", t, sc->sched, reps, sc->median_us,
               sc->min_us, NAN, "stream_copy", CONFIGS[find_config(C_COPY, "c", 1, 0, 0)].median_us,
               NAN);
     print_row(opt, "step_floor", MODEL_SHAPE, t, "ws", reps, sg->median_us, sg->min_us,
               res->step_flops, t == 1 ? "gemm_sum+sgd_c" : "gemm_omp2_sum+sgd_omp2",
               (t == 1 ? gs->single : gs->halves) + sc->median_us, NAN);
-  }
-  /* The same GEMMs back to back, each once (as in a step, none repeats on
-   * operands it just loaded), and the step against them plus the update. */
-  for (int t = 1; t <= 2; t++) {
-    const config *ch = &CONFIGS[find_config(C_GEMM_CHAIN, t == 1 ? "blas" : "omp", t, 0, 0)];
-    const config *sc = &CONFIGS[find_config(C_SGD_C, t == 1 ? "c" : "omp", t, 0, 0)];
-    const config *sg = &CONFIGS[find_config(C_STEP, "ws", t, 0, 0)];
     print_row(opt, t == 1 ? "gemm_chain" : "gemm_omp2_chain", "8 GEMMs", t, ch->sched, reps,
               ch->median_us, ch->min_us, gs->flops, t == 1 ? "gemm_sum" : "gemm_omp2_sum",
               t == 1 ? gs->single : gs->halves, NAN);

@@ -277,19 +277,12 @@ static int is_row_of(const graft__tview *in, const graft__tview *out) {
       for (int64_t i_ = begin; i_ < end;) {                                \
         const int64_t j0_ = i_ % len_;                                     \
         const int64_t n_ = len_ - j0_ < end - i_ ? len_ - j0_ : end - i_;  \
+        /* both advance by one: the full operand from i, the row from j0 */ \
+        const T *pa_ = as_ + (rb_ ? i_ : j0_), *pb_ = bs_ + (rb_ ? j0_ : i_); \
         T *py_ = ys_ + i_;                                                 \
-        if (rb_) {                                                         \
-          const T *pa_ = as_ + i_, *pb_ = bs_ + j0_;                       \
-          for (int64_t j_ = 0; j_ < n_; j_++) {                            \
-            T a = pa_[j_], b = pb_[j_];                                    \
-            py_[j_] = (EXPR);                                              \
-          }                                                                \
-        } else {                                                           \
-          const T *pa_ = as_ + j0_, *pb_ = bs_ + i_;                       \
-          for (int64_t j_ = 0; j_ < n_; j_++) {                            \
-            T a = pa_[j_], b = pb_[j_];                                    \
-            py_[j_] = (EXPR);                                              \
-          }                                                                \
+        for (int64_t j_ = 0; j_ < n_; j_++) {                              \
+          T a = pa_[j_], b = pb_[j_];                                      \
+          py_[j_] = (EXPR);                                                \
         }                                                                  \
         i_ += n_;                                                          \
       }                                                                    \
