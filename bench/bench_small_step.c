@@ -15,8 +15,11 @@
  *                  w := w - (lr / c1) (m / (sqrt(v) / c2s + eps))
  *                with c1 = 1 - b1^t, c2s = sqrt(1 - b2^t) from a step
  *                counter (f64, like graft's): 13 ops and 3 assigns per
- *                variable; fusion on;
+ *                variable; fusion on: its 3 groups per variable compiled
+ *                to machine code (kernels/fused_jit.c);
  *   ops_off      the same, fusion off;
+ *   ops_interp   the same, fusion interp: the groups run by the
+ *                interpreter (each member a pass over L1-sized chunks);
  *   gemm8        the baseline: the step's 8 GEMMs (forward: 3; backward:
  *                dW of the 3 layers, dX of layers 2 and 3; the first
  *                layer's dX is not needed), each one cblas_sgemm call at
@@ -26,7 +29,7 @@
  *                the same 235,146 parameters: the floor of the update's
  *                one memory pass (read w, g, m, v; write w, m, v).
  * Each graft config has its own copy of the model (same initial weights),
- * on one of two ws/1 runtimes (fusion on, fusion off).
+ * on one of three ws/1 runtimes (fusion on, off, interp).
  *
  * Rows: median_us and min_us per step over the rounds; x_gemm8 = the median
  * over rounds of step / gemm8 in the same round (the rounds drift with the
@@ -50,8 +53,8 @@
  * moment and give the gap: the untraced step less its tiles (dispatch and
  * the call's own work, without the trace's cost).  Op rows: the same by
  * op.  Check rows:
- * fusion changes no bit (update_on vs update_off, ops_on vs ops_off after
- * the same steps), and the plain-ops Adam agrees with graft's UPDATE (the
+ * fusion changes no bit (update_on vs update_off, ops_on and ops_interp vs
+ * ops_off after the same steps), and the plain-ops Adam agrees with graft's UPDATE (the
  * same operations in the same order: bitwise so far; the check allows
  * rounding, 1e-6).
  *
@@ -89,14 +92,17 @@
 #define TARGET_US 600.0
 #define PYTORCH_US 1370.0
 
-enum { C_UPDATE_ON, C_UPDATE_OFF, C_OPS_ON, C_OPS_OFF, C_GEMM8, C_ADAM_C, N_CONFIGS };
-#define N_STEPS 4 /* the graft configs come first */
-static const char *const NAMES[N_CONFIGS] = {"update_on", "update_off", "ops_on",
-                                             "ops_off",   "gemm8",      "adam_c"};
+enum { C_UPDATE_ON, C_UPDATE_OFF, C_OPS_ON, C_OPS_OFF, C_OPS_INTERP, C_GEMM8, C_ADAM_C, N_CONFIGS };
+#define N_STEPS 5 /* the graft configs come first */
+static const char *const NAMES[N_CONFIGS] = {"update_on", "update_off", "ops_on", "ops_off",
+                                             "ops_interp", "gemm8",     "adam_c"};
 static const char *const WHAT[N_CONFIGS] = {
     "graft Adam (UPDATE), fusion on", "graft Adam (UPDATE), fusion off",
     "Adam as graft ops, fusion on",   "Adam as graft ops, fusion off",
-    "the 8 GEMMs, cblas_sgemm",       "Adam in plain C"};
+    "Adam as ops, fusion interp",     "the 8 GEMMs, cblas_sgemm",
+    "Adam in plain C"};
+/* Each graft config's runtime: fusion on (groups compiled), off, interp. */
+static const int RT_OF[N_STEPS] = {0, 1, 0, 1, 2};
 
 /* Forward a[l+1] = a[l] w[l]; backward gw[l] = a[l]^T d[l+1] for the 3
  * layers and d[l] = d[l+1] w[l]^T for l = 1, 2. */
@@ -116,9 +122,9 @@ typedef struct ctx {
   float *x;
   int32_t labels[BATCH];
   graft_tensor *in[2], *out[N_STEPS][2];
-  graft_runtime *rt[2];   /* ws/1, fusion on / off */
+  graft_runtime *rt[3];   /* ws/1, fusion on / off / interp */
   fm_model m[N_STEPS];    /* one model per graft config, same seed */
-  ops_adam ops[2];        /* ops_on's and ops_off's state */
+  ops_adam ops[3];        /* ops_on's, ops_off's and ops_interp's state */
   graft_function *f[N_STEPS];
   bench_gemm_set gemm8;
   bench_adam adam;
@@ -265,19 +271,18 @@ static int build(ctx *c) {
       bench_report(graft_tensor_wrap(GRAFT_I32, 1, ls, c->labels, &c->in[1]), "graft_tensor_wrap",
                    NULL))
     return -1;
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < 3; r++) {
     graft_runtime_opts ro;
     graft_runtime_opts_init(&ro);
     ro.num_threads = 1;
     ro.sched = "ws";
-    ro.fusion = r == 0 ? "on" : "off";
+    ro.fusion = r == 0 ? "on" : r == 1 ? "off" : "interp";
     if (bench_runtime_create_opts(&ro, &c->rt[r], NULL, 0)) return -1;
   }
   for (int k = 0; k < N_STEPS; k++) {
     char err[1024];
     fm_config cfg = {.arch = FM_MLP, .optimizer = GRAFT_OPT_ADAM, .seed = 1};
-    /* update_on and ops_on on the fusion-on runtime, the others off */
-    if (fm_model_create(c->rt[k % 2], &cfg, &c->m[k], err, sizeof err)) {
+    if (fm_model_create(c->rt[RT_OF[k]], &cfg, &c->m[k], err, sizeof err)) {
       fprintf(stderr, BENCH_PROG ": %s\n", err);
       return -1;
     }
@@ -285,7 +290,7 @@ static int build(ctx *c) {
       c->f[k] = c->m[k].step;
     } else {
       ops_adam *a = &c->ops[k - C_OPS_ON];
-      if (ops_state_create(a, &c->m[k]) || ops_function(c->rt[k % 2], a, &c->f[k])) return -1;
+      if (ops_state_create(a, &c->m[k]) || ops_function(c->rt[RT_OF[k]], a, &c->f[k])) return -1;
     }
   }
   for (int i = 0; i < c->m[0].n_params; i++)
@@ -301,8 +306,8 @@ static void cleanup(ctx *c) {
     if (k >= C_OPS_ON) graft_function_destroy(c->f[k]);
   }
   for (int k = 0; k < N_STEPS; k++) fm_model_destroy(&c->m[k]);
-  for (int k = 0; k < 2; k++) ops_state_destroy(&c->ops[k]);
-  for (int r = 0; r < 2; r++) graft_runtime_destroy(c->rt[r]);
+  for (int k = 0; k < 3; k++) ops_state_destroy(&c->ops[k]);
+  for (int r = 0; r < 3; r++) graft_runtime_destroy(c->rt[r]);
   for (int i = 0; i < 2; i++) graft_tensor_destroy(c->in[i]);
   bench_gemm_set_free(&c->gemm8);
   bench_adam_free(&c->adam);
@@ -332,14 +337,16 @@ static double params_diff(const ctx *c, int i, int j, int *same) {
 
 /* After CHECK_STEPS steps of each config from the same weights. */
 static int check_steps(const ctx *c, int json) {
-  char detail[200];
-  int same_u, same_o, same_uo;
+  char detail[256];
+  int same_u, same_o, same_i, same_uo;
   params_diff(c, C_UPDATE_ON, C_UPDATE_OFF, &same_u);
   params_diff(c, C_OPS_ON, C_OPS_OFF, &same_o);
+  params_diff(c, C_OPS_INTERP, C_OPS_OFF, &same_i);
   snprintf(detail, sizeof detail,
-           "weights after %d steps: update_on = update_off %s, ops_on = ops_off %s", CHECK_STEPS,
-           same_u ? "bitwise" : "DIFFER", same_o ? "bitwise" : "DIFFER");
-  bench_print_check(json, "fusion_same_bits", same_u && same_o, detail);
+           "weights after %d steps: update_on = update_off %s, ops_on = ops_off %s, ops_interp = "
+           "ops_off %s", CHECK_STEPS, same_u ? "bitwise" : "DIFFER", same_o ? "bitwise" : "DIFFER",
+           same_i ? "bitwise" : "DIFFER");
+  bench_print_check(json, "fusion_same_bits", same_u && same_o && same_i, detail);
   /* The ops compute the kernel's formula in its order; any difference can
    * only be rounding, far below the 3e-3 the weights moved. */
   double d = params_diff(c, C_UPDATE_ON, C_OPS_ON, &same_uo);
@@ -347,7 +354,7 @@ static int check_steps(const ctx *c, int json) {
   snprintf(detail, sizeof detail, "weights after %d steps: %s (largest |difference| %.3g)",
            CHECK_STEPS, same_uo ? "bitwise equal" : "not bitwise equal", d);
   bench_print_check(json, "ops_vs_update", ok, detail);
-  return same_u && same_o && ok ? 0 : -1;
+  return same_u && same_o && same_i && ok ? 0 : -1;
 }
 
 /* ---- plan statistics and page faults ------------------------------------------------ */
@@ -359,10 +366,10 @@ static long minor_faults(void) {
 
 static int print_stats(ctx *c, int json) {
   if (!json)
-    printf("# plans (graft_function_stats): nodes traced / live, tiles, fused groups, ops in\n"
-           "# them, values no longer stored, arena; minor page faults per step over %d steps\n"
-           "# %-10s %6s %6s %6s %7s %6s %8s %11s %12s\n",
-           FAULT_STEPS, "name", "nodes", "live", "tiles", "groups", "f_ops", "dropped",
+    printf("# plans (graft_function_stats): nodes traced / live, tiles, fused groups (compiled),\n"
+           "# ops in them, values no longer stored, arena; minor page faults per step over %d steps\n"
+           "# %-10s %6s %6s %6s %7s %8s %6s %8s %11s %12s\n",
+           FAULT_STEPS, "name", "nodes", "live", "tiles", "groups", "compiled", "f_ops", "dropped",
            "arena_bytes", "faults/step");
   for (int k = 0; k < N_STEPS; k++) {
     graft_plan_stats st;
@@ -374,17 +381,19 @@ static int print_stats(ctx *c, int json) {
     double faults = f0 < 0 ? NAN : (double)(minor_faults() - f0) / FAULT_STEPS;
     if (json) {
       printf("{\"type\":\"stats\",\"name\":\"%s\",\"nodes\":%lld,\"live_nodes\":%lld,"
-             "\"tiles\":%lld,\"fused_groups\":%lld,\"fused_ops\":%lld,\"fused_dropped\":%lld,"
-             "\"arena_bytes\":%lld,\"direct_assigns\":%lld",
+             "\"tiles\":%lld,\"fused_groups\":%lld,\"fused_compiled\":%lld,\"fused_ops\":%lld,"
+             "\"fused_dropped\":%lld,\"arena_bytes\":%lld,\"direct_assigns\":%lld",
              NAMES[k], (long long)st.nodes, (long long)st.live_nodes, (long long)st.tiles,
-             (long long)st.fused_groups, (long long)st.fused_ops, (long long)st.fused_dropped,
+             (long long)st.fused_groups, (long long)st.fused_compiled, (long long)st.fused_ops,
+             (long long)st.fused_dropped,
              (long long)st.arena_bytes, (long long)st.direct_assigns);
       bench_json_num("faults_per_step", faults, "%.2f");
       printf("}\n");
     } else {
-      printf("  %-10s %6lld %6lld %6lld %7lld %6lld %8lld %11lld %12.2f\n", NAMES[k],
+      printf("  %-10s %6lld %6lld %6lld %7lld %8lld %6lld %8lld %11lld %12.2f\n", NAMES[k],
              (long long)st.nodes, (long long)st.live_nodes, (long long)st.tiles,
-             (long long)st.fused_groups, (long long)st.fused_ops, (long long)st.fused_dropped,
+             (long long)st.fused_groups, (long long)st.fused_compiled, (long long)st.fused_ops,
+             (long long)st.fused_dropped,
              (long long)st.arena_bytes, faults);
     }
   }

@@ -102,6 +102,25 @@ static inline graft_runtime *tu_runtime_of(const char *sched, int threads, int64
   return tu_runtime_from(&o);
 }
 
+/* Options of such a runtime with GRAFT_FUSION fusion ("on", "interp",
+ * "off"), and the runtime. */
+static inline graft_runtime_opts tu_opts_fused(const char *sched, int threads, int64_t grain,
+                                               const char *fusion) {
+  graft_runtime_opts o;
+  graft_runtime_opts_init(&o);
+  o.num_threads = threads;
+  o.sched = sched;
+  o.grain = grain;
+  o.fusion = fusion;
+  return o;
+}
+
+static inline graft_runtime *tu_runtime_fused(const char *sched, int threads, int64_t grain,
+                                              const char *fusion) {
+  graft_runtime_opts o = tu_opts_fused(sched, threads, grain, fusion);
+  return tu_runtime_from(&o);
+}
+
 /* The runtime shared by a test file: 1 thread, sequential (deterministic). */
 static inline graft_runtime *tu_runtime(void) { return tu_runtime_of("seq", 1, 0); }
 

@@ -106,6 +106,9 @@ typedef struct graft_plan_stats {
                              groups counts twice) */
   int64_t fused_dropped;  /* values no longer stored: every reader computes
                              them inside its group */
+  int64_t fused_compiled; /* fused nodes compiled to one loop of machine
+                             code (GRAFT_FUSION=on, x86-64 with AVX); the
+                             others run their ops' kernels in turn */
   int64_t control_nodes;  /* cond / while_loop / scan / remat nodes, their
                              bodies' own included (arena_bytes counts the
                              bodies' arenas too) */

@@ -57,7 +57,10 @@ GRAFT_API graft_value *graft_fill(graft_trace *t, graft_dtype dt, int rank,
 GRAFT_API graft_value *graft_zeros_like(graft_trace *t, graft_value *x);
 GRAFT_API graft_value *graft_ones_like(graft_trace *t, graft_value *x);
 
-/* ---- elementwise binary (broadcasting) -------------------------------- */
+/* ---- elementwise binary (broadcasting) --------------------------------
+ * add, sub, mul, div (and mul_add below): a NaN result is always the quiet
+ * NaN of C's NAN, whatever the operands' NaN payloads and signs, so that it
+ * has the same bits whatever the tiles, threads, fusion and compiler. */
 GRAFT_API graft_value *graft_add(graft_trace *t, graft_value *a, graft_value *b);
 GRAFT_API graft_value *graft_sub(graft_trace *t, graft_value *a, graft_value *b);
 GRAFT_API graft_value *graft_mul(graft_trace *t, graft_value *a, graft_value *b);

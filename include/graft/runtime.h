@@ -63,7 +63,10 @@ typedef struct graft_runtime_opts {
   int64_t grain;          /* elements per tile, 1..2^48 */
   const char *memory;     /* "parallel", or "lanes:N" (N in 1..4096) */
   const char *fusion;     /* "on" (default): chains of elementwise ops run
-                             as one node; "off": one node per op */
+                             as one node, compiled to one loop of machine
+                             code where graft can (x86-64 with AVX);
+                             "interp": fused, never compiled; "off": one
+                             node per op.  Bitwise the same results. */
   int mpi_timeout;        /* seconds a call waits for the other ranks of an
                              MPI communicator (graft/mpi.h), 1..86400;
                              0 unset (default 600) */

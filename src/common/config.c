@@ -219,11 +219,12 @@ graft_status graft__config_parse(const graft_runtime_opts *o, graft__config *c, 
   }
 
   s = pick(o ? o->fusion : NULL, "graft_runtime_opts.fusion", "GRAFT_FUSION");
-  c->fusion = 1;
+  c->fusion = GRAFT__FUSION_COMPILED;
   if (s.value) {
-    static const char *const names[] = {"off", "on"};
-    int v = parse_enum(s.value, names, 2);
-    if (v < 0) return bad(msg, s, "on, off");
+    /* in graft__fusion's order */
+    static const char *const names[] = {"off", "on", "interp"};
+    int v = parse_enum(s.value, names, 3);
+    if (v < 0) return bad(msg, s, "on, off, interp");
     c->fusion = v;
   }
 

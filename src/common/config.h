@@ -7,6 +7,13 @@
 #include "graft/runtime.h"
 
 typedef enum graft__sched { GRAFT__SCHED_WS, GRAFT__SCHED_OMP, GRAFT__SCHED_SEQ } graft__sched;
+/* GRAFT_FUSION: off; on (groups compiled to machine code where they can
+ * be, the interpreter elsewhere); interp (every group interpreted). */
+typedef enum graft__fusion {
+  GRAFT__FUSION_OFF,
+  GRAFT__FUSION_COMPILED,
+  GRAFT__FUSION_INTERP
+} graft__fusion;
 
 typedef enum graft__level {
   GRAFT__LEVEL_AUTO, GRAFT__LEVEL_NONE, GRAFT__LEVEL_PACKAGE, GRAFT__LEVEL_NUMA,
@@ -46,7 +53,7 @@ typedef struct graft__config {
   int bind;             /* 1 true, 0 false, -1 default (true on real topologies) */
   int64_t grain;
   int lanes;            /* GRAFT_MEMORY=lanes:N; 0 = parallel (no added edges) */
-  int fusion;           /* GRAFT_FUSION: 1 on (default), 0 off */
+  int fusion;           /* GRAFT_FUSION: graft__fusion */
   int64_t mpi_timeout;  /* GRAFT_MPI_TIMEOUT: seconds (default GRAFT__MPI_TIMEOUT) */
   int display_env;      /* 0 off, 1 true, 2 verbose */
 } graft__config;

@@ -372,7 +372,7 @@ static int is_row_of(const graft__tview *in, const graft__tview *out) {
 
 /* a * b + c with the product rounded first (two roundings, as mul then
  * add: the build has no floating-point contraction, -std=c11). */
-#define DEF_MUL_ADD(NAME, T)                                               \
+#define DEF_MUL_ADD(NAME, T, CAN)                                          \
   GRAFT__SIMD_CLONES                                                       \
   static void NAME(const graft__kargs *k, int64_t begin, int64_t end) {    \
     const T *as_ = (const T *)k->in[0]->data;                              \
@@ -387,12 +387,12 @@ static int is_row_of(const graft__tview *in, const graft__tview *out) {
         const T a0_ = as_[0];                                              \
         for (int64_t i_ = begin; i_ < end; i_++) {                         \
           const T p_ = a0_ * bs_[i_];                                      \
-          ys_[i_] = p_ + cs_[i_];                                          \
+          ys_[i_] = CAN(p_ + cs_[i_]);                                     \
         }                                                                  \
       } else {                                                             \
         for (int64_t i_ = begin; i_ < end; i_++) {                         \
           const T p_ = as_[i_] * bs_[i_];                                  \
-          ys_[i_] = p_ + cs_[i_];                                          \
+          ys_[i_] = CAN(p_ + cs_[i_]);                                     \
         }                                                                  \
       }                                                                    \
       return;                                                              \
@@ -400,7 +400,7 @@ static int is_row_of(const graft__tview *in, const graft__tview *out) {
     FOR_RUNS3(k, begin, end, T, as_, T, bs_, T, cs_, T, ys_, {              \
       for (int64_t j_ = 0; j_ < n_; j_++) {                                \
         const T prod_ = p0_[j_ * s0_] * p1_[j_ * s1_];                     \
-        py_[j_] = prod_ + p2_[j_ * s2_];                                   \
+        py_[j_] = CAN(prod_ + p2_[j_ * s2_]);                                   \
       }                                                                    \
     });                                                                    \
   }
@@ -696,10 +696,10 @@ graft_status graft__k_CAST(const graft__kargs *k, int64_t begin, int64_t end) {
 
 /* ---- binary ---------------------------------------------------------- */
 
-BINARY_ALL(ADD, a + b, a + b, add_i32(a, b))
-BINARY_ALL(SUB, a - b, a - b, sub_i32(a, b))
-BINARY_ALL(MUL, a * b, a * b, mul_i32(a, b))
-BINARY_FLOAT(DIV, a / b, a / b)
+BINARY_ALL(ADD, graft__canon_f32(a + b), graft__canon_f64(a + b), add_i32(a, b))
+BINARY_ALL(SUB, graft__canon_f32(a - b), graft__canon_f64(a - b), sub_i32(a, b))
+BINARY_ALL(MUL, graft__canon_f32(a * b), graft__canon_f64(a * b), mul_i32(a, b))
+BINARY_FLOAT(DIV, graft__canon_f32(a / b), graft__canon_f64(a / b))
 BINARY_FLOAT(POW, powf(a, b), pow(a, b))
 BINARY_ALL(MAXIMUM, MAX_F_EXPR(a, b), MAX_F_EXPR(a, b), a > b ? a : b)
 BINARY_ALL(MINIMUM, MIN_F_EXPR(a, b), MIN_F_EXPR(a, b), a < b ? a : b)
@@ -746,8 +746,8 @@ graft_status graft__k_WHERE(const graft__kargs *k, int64_t begin, int64_t end) {
   return GRAFT_OK;
 }
 
-DEF_MUL_ADD(mul_add_f32, float)
-DEF_MUL_ADD(mul_add_f64, double)
+DEF_MUL_ADD(mul_add_f32, float, graft__canon_f32)
+DEF_MUL_ADD(mul_add_f64, double, graft__canon_f64)
 
 graft_status graft__k_MUL_ADD(const graft__kargs *k, int64_t begin, int64_t end) {
   graft_status s = check_args(k, 0, 3, begin, end);

@@ -28,8 +28,26 @@ int64_t graft__fused_scratch(const graft__kargs *k) {
   return (int64_t)k->node->fused->n_slots * slot_stride(k) + 1;
 }
 
+/* Does k give the compiled loop the inputs it was compiled for? */
+static int code_fits(const graft__fused *f, const graft__kargs *k, int64_t begin, int64_t end) {
+  if (!f->code || k->n_in != f->code_n_in || k->out->dtype != f->code_dtype || begin < 0 ||
+      end > k->out->numel)
+    return 0;
+  for (int j = 0; j < k->n_in; j++)
+    if (k->in[j]->dtype != f->code_dtype || k->in[j]->numel != (f->code_scalar[j] ? 1 : k->out->numel))
+      return 0;
+  return 1;
+}
+
 graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end, double *scratch) {
   const graft__fused *f = k->node->fused;
+  if (begin < end && code_fits(f, k, begin, end)) {
+    const void *ptrs[GRAFT__FUSED_MAX_IN + 1];
+    for (int j = 0; j < k->n_in; j++) ptrs[j] = k->in[j]->data;
+    ptrs[k->n_in] = k->out->data;
+    f->code(ptrs, begin, end);
+    return GRAFT_OK;
+  }
   const int nm = f->n_members;
   const int64_t ch = chunk_of(k), stride = slot_stride(k);
   graft__tview tmp[GRAFT__FUSED_MAX_MEMBERS];

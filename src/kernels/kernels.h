@@ -124,6 +124,10 @@ typedef struct graft__fused_member {
                                   when the element sizes agree */
 } graft__fused_member;
 
+/* A group compiled to one loop (fused_jit.c) over elements [begin, end):
+ * ptrs holds the group's inputs' data, then its output's. */
+typedef void (*graft__fused_code)(const void *const *ptrs, int64_t begin, int64_t end);
+
 typedef struct graft__fused {
   int n_members;
   int n_slots;
@@ -132,7 +136,33 @@ typedef struct graft__fused {
   graft__fused_member m[GRAFT__FUSED_MAX_MEMBERS];
   graft__node root;            /* the root as traced (the plan's copy of the
                                   graph gives it the group's inputs) */
+  /* Compiled (graft__fused_compile), or code NULL: the members' kernels
+   * run it.  It runs only for the inputs it was compiled for: n_in of
+   * dtype code_dtype, input j one element when code_scalar[j], else the
+   * output's count. */
+  graft__fused_code code;
+  graft_dtype code_dtype;
+  int code_n_in;
+  uint8_t code_scalar[GRAFT__FUSED_MAX_IN];
 } graft__fused;
+
+/* A group's views at compile: its inputs' and its value's. */
+typedef struct graft__fused_io {
+  const graft__tview *in[GRAFT__FUSED_MAX_IN];
+  int n_in;
+  const graft__tview *out;
+} graft__fused_io;
+
+/* Compiles the groups it can (fused_jit.c: on x86-64 with AVX) and sets
+ * their code; the others keep code NULL.  Returns the code's pages (*len
+ * bytes), to free with graft__fused_release after the groups' last run,
+ * or NULL when none compiled. */
+void *graft__fused_compile(graft__fused *const *groups, const graft__fused_io *io, int n,
+                           size_t *len);
+void graft__fused_release(void *mem, size_t len);
+/* 1 where graft__fused_compile can compile (x86-64 Linux with AVX, not a
+ * ThreadSanitizer build). */
+int graft__fused_can_compile(void);
 
 /* BLAS setup: make OpenBLAS single-threaded inside tasks where that is safe
  * (pthreads variant); never touches the OpenMP variant.  Idempotent. */

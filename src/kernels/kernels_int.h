@@ -3,6 +3,7 @@
 #ifndef GRAFT_KERNELS_INT_H
 #define GRAFT_KERNELS_INT_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 
@@ -33,6 +34,15 @@
 #define GRAFT__SIMD_CLONES
 #define GRAFT__SIMD_OUTLINED __attribute__((noinline))
 #endif
+
+/* v, or C's NAN where v is a NaN: what a kernel writes where two NaNs may
+ * meet in one operation (an add of two NaN operands passes on the first
+ * operand's, and which operand comes first is the compiler's choice, which
+ * it makes differently in a loop's vector body, its tail and a short
+ * loop), so that results stay bitwise equal across tile sizes, fusion and
+ * compilers.  A compare and a blend where the loop vectorizes. */
+static inline float graft__canon_f32(float v) { return v != v ? (float)NAN : v; }
+static inline double graft__canon_f64(double v) { return v != v ? (double)NAN : v; }
 
 /* Plain triple-loop matmul with the same arguments, units and broadcasting
  * as graft__k_MATMUL; accumulates in double.  Tests use it as the oracle for

@@ -204,10 +204,8 @@ DEF_SUM_RUN(sum_run_f64, double)
  * another order than a whole one, so only a canonical NaN keeps results
  * bitwise equal across splits, grains, executors and compilers.  Integers
  * pass through. */
-static inline float canon_f32(float v) { return v != v ? (float)NAN : v; }
-static inline double canon_f64(double v) { return v != v ? (double)NAN : v; }
 static inline int32_t canon_i32(int32_t v) { return v; }
-#define CANON(v) _Generic((v), float: canon_f32, double: canon_f64, int32_t: canon_i32)(v)
+#define CANON(v) _Generic((v), float: graft__canon_f32, double: graft__canon_f64, int32_t: canon_i32)(v)
 
 /* Step and finish rules: STEP(acc, v) folds one element in, FIN(acc, R)
  * turns the accumulator of R elements into the output value. */

@@ -174,6 +174,7 @@ static void program(const fuse_ctx *c, graft__fused *f, uint32_t *ext, int *n_ex
   *n_ext = count_inputs(c, ext);
   f->n_members = c->n_mem;
   f->cost = 0;
+  f->code = NULL; /* compile() may set it */
   size_t at = (size_t)snprintf(f->name, sizeof f->name, "fused:");
   for (int m = 0; m < c->n_mem; m++) {
     const graft__node *nd = graft__graph_node(c->g, c->mem[m]);
@@ -281,6 +282,31 @@ static graft_status read_through_assigns(fuse_ctx *c) {
   return GRAFT_OK;
 }
 
+/* The groups as machine code where fused_jit.c takes them (the others
+ * keep the interpreter). */
+static graft_status compile(graft__plan *p, const uint32_t *roots, int n_groups) {
+  graft__fused **gs = graft__malloc((size_t)n_groups * sizeof *gs);
+  graft__fused_io *io = graft__malloc((size_t)n_groups * sizeof *io);
+  if (!gs || !io) {
+    graft__free(gs);
+    graft__free(io);
+    return GRAFT_ENOMEM;
+  }
+  for (int k = 0; k < n_groups; k++) {
+    const graft__node *r = graft__graph_node(p->g, roots[k]);
+    gs[k] = &p->fused[k];
+    io[k].n_in = r->n_in;
+    for (int j = 0; j < r->n_in && j < GRAFT__FUSED_MAX_IN; j++)
+      io[k].in[j] = graft__plan_view(p, r->in[j]);
+    io[k].out = graft__plan_view(p, roots[k]);
+  }
+  p->fused_code = graft__fused_compile(gs, io, n_groups, &p->fused_code_len);
+  for (int k = 0; k < n_groups; k++) p->stats.fused_compiled += p->fused[k].code != NULL;
+  graft__free(gs);
+  graft__free(io);
+  return GRAFT_OK;
+}
+
 graft_status graft__plan_fuse(graft__plan *p) {
   fuse_ctx c = {.p = p, .g = p->g};
   if (readers(&c) || read_through_assigns(&c)) {
@@ -375,6 +401,7 @@ graft_status graft__plan_fuse(graft__plan *p) {
     r->in = p->fused_in + ext_off[k];
     r->fused = f;
   }
+  if (!st && n_groups && p->opts.fusion == GRAFT__FUSION_COMPILED) st = compile(p, roots, n_groups);
 out:
   graft__free(c.cons_off);
   graft__free(c.cons);

@@ -54,6 +54,7 @@ void graft__plan_destroy(graft__plan *p) {
     graft__free(p->fg);
   }
   graft__free(p->fg_own);
+  graft__fused_release(p->fused_code, p->fused_code_len);
   graft__free(p->fused);
   graft__free(p->fused_in);
   graft__free(p);

@@ -28,6 +28,12 @@ static const char *blas_name(void) {
   }
 }
 
+static const char *fusion_name(int f) {
+  if (f == GRAFT__FUSION_OFF) return "off";
+  if (f == GRAFT__FUSION_INTERP) return "interp";
+  return graft__fused_can_compile() ? "on" : "on(interp)";
+}
+
 GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t len) {
   if (!buf) len = 0; /* measure only */
   if (!rt) {
@@ -43,7 +49,7 @@ GRAFT_API int graft_runtime_describe(const graft_runtime *rt, char *buf, size_t 
                   rt->n_domains, graft__topology_pus(rt->topo),
                   graft__topology_source(rt->topo), resolved_bind(rt) ? "true" : "false",
                   (long long)rt->cfg.grain, rt->cfg.lanes ? "lanes:" : "parallel",
-                  rt->cfg.lanes, rt->cfg.fusion ? "on" : "off", blas_name(), core ? "(" : "", core ? core : "", core ? ")" : "",
+                  rt->cfg.lanes, fusion_name(rt->cfg.fusion), blas_name(), core ? "(" : "", core ? core : "", core ? ")" : "",
                   rt->cfg.trace_path ? rt->cfg.trace_path : "off");
 }
 

@@ -33,7 +33,7 @@ typedef struct graft__plan_opts {
   int n_parts;              /* partition parts (domains with workers) */
   int lanes;                /* > 0: node i also waits for node i - lanes */
   int pack_small;           /* one thread runs the plan (graft__slot_align) */
-  int fusion;               /* fuse elementwise groups (fuse.c) */
+  int fusion;               /* GRAFT__FUSION_*: fuse elementwise groups (fuse.c) */
   /* Where control-flow bodies run (control.c): the runtime and its
    * executor (enum graft__sched); rt NULL: on the calling thread. */
   const struct graft_runtime *rt;
@@ -121,6 +121,8 @@ typedef struct graft__plan {
   uint8_t *fg_own;          /* per chunk: 1 when the copy owns it */
   graft__fused *fused;      /* the groups */
   uint32_t *fused_in;       /* their roots' input lists, flattened */
+  void *fused_code;         /* the compiled groups' pages (fused_jit.c) */
+  size_t fused_code_len;
   /* Control flow (control.c): per graph node, a control node's compiled
    * bodies (NULL for other nodes; the array NULL without control flow). */
   graft__ctl_exec **ctl;

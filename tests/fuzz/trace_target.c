@@ -18,7 +18,9 @@
  *                                also sets variable 0 between the calls
  *                                (bit 3: from a tensor of a wrong shape);
  *                                bit 4: seq fuses and ws does not (else
- *                                ws fuses and seq does not)
+ *                                ws fuses and seq does not); bit 5: the
+ *                                fused side with GRAFT_FUSION=interp (else
+ *                                on: groups compiled where graft can)
  *   per input   dtype (low 2 bits; bits 2-3: created, wrapped, wrapped
  *               misaligned), rank (mod 10), dims, signature dtype and dim
  *               modes, dims for the second call
@@ -337,7 +339,7 @@ static void opts_key(char *buf, size_t len, const graft_runtime_opts *o, const c
            o->topology ? o->topology : "-", o->bind, o->trace_path ? o->trace_path : "-");
 }
 
-/* The runtime for opts under sched with fusion "on" or "off", made or
+/* The runtime for opts under sched with fusion "on", "interp" or "off", made or
  * from the cache; NULL with the status and message of the failure
  * otherwise. */
 static graft_runtime *runtime_get(const graft_runtime_opts *opts, const char *sched,
@@ -454,7 +456,8 @@ static void check_input_kept(const input *in, int i, const char *who) {
 
 typedef struct side {
   const char *name;
-  int fused;       /* its runtime fuses elementwise groups */
+  int fused;       /* its runtime fuses elementwise groups: 1 compiling
+                      them where it can, 2 interpreting them */
   graft_runtime *rt;
   fz_trace_prog prog;
   graft_function *f;
@@ -662,11 +665,15 @@ static void check_stats(side *s) {
     fz_die("graft_function_stats: nodes %lld, live %lld, tiles %lld, arena %lld, naive %lld",
            (long long)st.nodes, (long long)st.live_nodes, (long long)st.tiles,
            (long long)st.arena_bytes, (long long)st.naive_bytes);
-  /* A group holds two ops at least; an unfused plan has none. */
+  /* A group holds two ops at least; an unfused plan has none; an
+   * interpreting one compiles none. */
   if (rc == GRAFT_OK && (st.fused_groups < 0 || st.fused_ops < 2 * st.fused_groups ||
-                         st.fused_dropped < 0 || (!s->fused && st.fused_ops + st.fused_dropped)))
-    fz_die("graft_function_stats on %s: %lld fused groups of %lld ops, %lld values dropped",
-           s->name, (long long)st.fused_groups, (long long)st.fused_ops, (long long)st.fused_dropped);
+                         st.fused_dropped < 0 || (!s->fused && st.fused_ops + st.fused_dropped) ||
+                         st.fused_compiled < 0 || st.fused_compiled > st.fused_groups ||
+                         (s->fused != 1 && st.fused_compiled)))
+    fz_die("graft_function_stats on %s: %lld fused groups (%lld compiled) of %lld ops, %lld values dropped",
+           s->name, (long long)st.fused_groups, (long long)st.fused_compiled, (long long)st.fused_ops,
+           (long long)st.fused_dropped);
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
@@ -866,13 +873,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   /* One side fused, the other not: equal bits then also mean fused plans
    * compute what unfused ones do. */
-  const int seq_fused = (h.data_mode & 16) != 0;
-  side s[2] = {{.name = seq_fused ? "seq (fused)" : "seq (unfused)", .fused = seq_fused},
-               {.name = seq_fused ? "ws (unfused)" : "ws (fused)", .fused = !seq_fused}};
+  const int seq_fused = (h.data_mode & 16) != 0, interp = (h.data_mode & 32) != 0;
+  side s[2] = {{.name = seq_fused ? "seq (fused)" : "seq (unfused)", .fused = seq_fused ? 1 + interp : 0},
+               {.name = seq_fused ? "ws (unfused)" : "ws (fused)", .fused = seq_fused ? 0 : 1 + interp}};
   char msg[2][512];
   graft_status rst[2];
-  s[0].rt = runtime_get(&h.opts, "seq", seq_fused ? "on" : "off", &rst[0], msg[0], sizeof msg[0]);
-  s[1].rt = runtime_get(&h.opts, "ws", seq_fused ? "off" : "on", &rst[1], msg[1], sizeof msg[1]);
+  /* (bit 5: the fused side interprets its groups rather than compiling
+   * them) */
+  const char *fused = interp ? "interp" : "on";
+  s[0].rt = runtime_get(&h.opts, "seq", seq_fused ? fused : "off", &rst[0], msg[0], sizeof msg[0]);
+  s[1].rt = runtime_get(&h.opts, "ws", seq_fused ? "off" : fused, &rst[1], msg[1], sizeof msg[1]);
   if (rst[0] != rst[1])
     fz_die("graft_runtime_create: seq %s (%s), ws %s (%s)", graft_status_name(rst[0]), msg[0],
            graft_status_name(rst[1]), msg[1]);

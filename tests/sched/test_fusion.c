@@ -74,24 +74,18 @@ enum {
 /* ---- runtimes and plans ------------------------------------------------- */
 
 static graft_runtime_opts opts_of(const char *sched, int threads, int64_t grain, const char *fusion) {
-  graft_runtime_opts o;
-  graft_runtime_opts_init(&o);
-  o.num_threads = threads;
-  o.sched = sched;
-  o.grain = grain;
-  o.fusion = fusion;
-  return o;
+  return tu_opts_fused(sched, threads, grain, fusion);
 }
 
 static graft_runtime *runtime(const char *sched, int threads, int64_t grain, const char *fusion) {
-  graft_runtime_opts o = opts_of(sched, threads, grain, fusion);
-  return tu_runtime_from(&o);
+  return tu_runtime_fused(sched, threads, grain, fusion);
 }
 
 typedef struct fusion_count {
   int64_t groups, ops, dropped;
   int64_t cut; /* fused nodes cut into tiles of several chunks each, the
                   last one short (a tile boundary inside a chunk's run) */
+  int64_t compiled; /* fused nodes compiled to machine code */
 } fusion_count;
 
 /* The plan of f's last call passes the memory plan checker, and its fused
@@ -104,11 +98,12 @@ static fusion_count plan_checked(graft_function *f, const char *ctx) {
   if (st != GRAFT_OK) fail_msg("%s: plan check: %s: %s", ctx, graft_status_name(st), msg);
   graft_plan_stats ps;
   tu_assert_status(graft_function_stats(f, &ps), GRAFT_OK);
-  fusion_count c = {0, 0, ps.fused_dropped, 0};
+  fusion_count c = {0, 0, ps.fused_dropped, 0, 0};
   for (uint32_t i = 0; i < p->n_order; i++) {
     const graft__node *n = graft__graph_node(p->g, p->order[i]);
     if (!n->fused) continue;
     c.groups++;
+    c.compiled += n->fused->code != NULL;
     c.ops += n->fused->n_members;
     const graft__tiling *tl = &p->tiling[i];
     c.cut += tl->n >= 2 && tl->len > GRAFT__FUSED_CHUNK && tl->len % GRAFT__FUSED_CHUNK != 0;
@@ -130,6 +125,9 @@ static fusion_count plan_checked(graft_function *f, const char *ctx) {
                    fm->ref[j], n->n_in);
     }
   }
+  if (c.compiled != ps.fused_compiled)
+    fail_msg("%s: the plan holds %lld compiled groups, stats say %lld", ctx, (long long)c.compiled,
+             (long long)ps.fused_compiled);
   if (c.groups != ps.fused_groups || c.ops != ps.fused_ops)
     fail_msg("%s: the plan holds %lld fused nodes of %lld ops, stats say %lld of %lld", ctx,
              (long long)c.groups, (long long)c.ops, (long long)ps.fused_groups, (long long)ps.fused_ops);
@@ -187,6 +185,7 @@ static void fcase_run(graft_runtime *rt, const fcase *c, fresult *r) {
       r->fused.ops += k.ops;
       r->fused.dropped += k.dropped;
       r->fused.cut += k.cut;
+      r->fused.compiled += k.compiled;
     }
   }
   graft_function_destroy(f);
@@ -215,9 +214,11 @@ typedef struct sched_cfg {
   int threads;
 } sched_cfg;
 
-/* Every fused configuration the random cases run. */
+/* Every fused configuration the random cases run: groups compiled where
+ * graft can (GRAFT_FUSION=on), and a few with every group interpreted. */
 static const sched_cfg k_fused_cfgs[] = {{"seq", 1}, {"ws", 1}, {"ws", 2}, {"ws", 3},
                                          {"ws", 4},  {"ws", 8}, {"omp", 2}, {"omp", 4}};
+static const sched_cfg k_interp_cfgs[] = {{"seq", 1}, {"ws", 3}};
 
 /* Run c under the reference rts[0] (fusion off) and each runtime
  * rts[1..n_rts) (labels name them); fail on the first difference.
@@ -226,7 +227,7 @@ static fusion_count fcase_check(const fcase *c, graft_runtime *const *rts, const
                                 int n_rts, const char *ctx) {
   fresult ref, got;
   char why[512];
-  fusion_count sum = {0, 0, 0, 0};
+  fusion_count sum = {0, 0, 0, 0, 0};
   tu_watchdog_step("%s: the unfused reference", ctx);
   fcase_run(rts[0], c, &ref);
   if (ref.st != GRAFT_OK) {
@@ -242,6 +243,7 @@ static fusion_count fcase_check(const fcase *c, graft_runtime *const *rts, const
     sum.ops += got.fused.ops;
     sum.dropped += got.fused.dropped;
     sum.cut += got.fused.cut;
+    sum.compiled += got.fused.compiled;
     fresult_free(&got);
     if (why[0]) {
       fresult_free(&ref);
@@ -505,17 +507,18 @@ static void case_free(int fam, any_spec *spec, fcase *c, inputs *io) {
   }
 }
 
-enum { N_RTS = 1 + COUNT(k_fused_cfgs) };
+enum { N_ON = COUNT(k_fused_cfgs), N_RTS = 1 + N_ON + COUNT(k_interp_cfgs) };
 
 /* The reference and fused runtimes at grain. */
 static void runtimes_make(int64_t grain, graft_runtime **rts, const char **labels, char (*buf)[48]) {
   rts[0] = runtime("seq", 1, grain, "off");
   labels[0] = "seq fusion off";
-  for (size_t k = 0; k < COUNT(k_fused_cfgs); k++) {
-    rts[k + 1] = runtime(k_fused_cfgs[k].sched, k_fused_cfgs[k].threads, grain, "on");
-    snprintf(buf[k + 1], sizeof buf[k + 1], "%s x%d grain %lld", k_fused_cfgs[k].sched,
-             k_fused_cfgs[k].threads, (long long)grain);
-    labels[k + 1] = buf[k + 1];
+  for (int k = 1; k < N_RTS; k++) {
+    const sched_cfg *cfg = k <= N_ON ? &k_fused_cfgs[k - 1] : &k_interp_cfgs[k - 1 - N_ON];
+    const char *mode = k <= N_ON ? "on" : "interp";
+    rts[k] = runtime(cfg->sched, cfg->threads, grain, mode);
+    snprintf(buf[k], sizeof buf[k], "%s x%d grain %lld %s", cfg->sched, cfg->threads, (long long)grain, mode);
+    labels[k] = buf[k];
   }
 }
 
@@ -571,7 +574,7 @@ static fusion_count run_family(int fam, uint64_t first, int64_t n) {
   const char *labels[NG][N_RTS];
   char buf[NG][N_RTS][48];
   for (int gi = 0; gi < NG; gi++) runtimes_make(k_grains[gi], rts[gi], labels[gi], buf[gi]);
-  fusion_count sum = {0, 0, 0, 0};
+  fusion_count sum = {0, 0, 0, 0, 0};
   if (only_seed()) {
     first = strtoull(only_seed(), NULL, 10);
     n = 1;
@@ -581,12 +584,13 @@ static fusion_count run_family(int fam, uint64_t first, int64_t n) {
     int gi = fam == FAM_ELEMWISE ? ew_grain_of(seed) : 0;
     fusion_count got = check_seed(fam, seed, rts[gi], labels[gi], N_RTS);
     sum.groups += got.groups, sum.ops += got.ops, sum.dropped += got.dropped, sum.cut += got.cut;
+    sum.compiled += got.compiled;
   }
   for (int gi = 0; gi < NG; gi++) runtimes_free(rts[gi]);
-  print_message("%s: %lld cases; over %d fused runs each: %lld fused nodes of %lld ops, "
+  print_message("%s: %lld cases; over %d fused runs each: %lld fused nodes of %lld ops (%lld compiled), "
                 "%lld values dropped, %lld nodes with tiles cutting chunks\n",
-                k_family[fam], (long long)n, (int)COUNT(k_fused_cfgs), (long long)sum.groups,
-                (long long)sum.ops, (long long)sum.dropped, (long long)sum.cut);
+                k_family[fam], (long long)n, N_RTS - 1, (long long)sum.groups, (long long)sum.ops,
+                (long long)sum.compiled, (long long)sum.dropped, (long long)sum.cut);
   return sum;
 }
 
@@ -612,6 +616,9 @@ static void test_graft_function_call__fused_elementwise_graphs_bitwise_equal_to_
   assert_true(ew.dropped > 0);
   /* Tiles whose boundaries fall inside a chunk ran (and matched). */
   assert_true(ew.cut > 0);
+  /* Groups ran compiled (where graft compiles) and interpreted. */
+  if (graft__fused_can_compile()) assert_true(ew.compiled > 0 && ew.compiled < ew.groups);
+  else assert_int_equal(ew.compiled, 0);
 }
 
 
@@ -633,7 +640,7 @@ static void test_graft_function_call__fused_random_dags_under_lanes_numa_and_loc
   for (int k = 0; k < 5; k++) rts[k] = tu_runtime_from(&o[k]);
   int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 15;
   const char *only = only_seed();
-  fusion_count sum = {0, 0, 0, 0};
+  fusion_count sum = {0, 0, 0, 0, 0};
   const int saved = graft__memplan_max_exact;
   for (int local = 0; local < 2; local++) {
     graft__memplan_max_exact = local ? 0 : saved;
