@@ -130,18 +130,6 @@ static void iter_step(const bplan *p, biter *it, int64_t n) {
   }
 }
 
-/* 1 when in, after its leading 1s, is out's trailing dims: a row that
- * broadcasts over out's leading dims, read at flat index i % numel. */
-static int is_row_of(const graft__tview *in, const graft__tview *out) {
-  int d0 = 0;
-  while (d0 < in->rank && in->shape[d0] == 1) d0++;
-  const int n = in->rank - d0;
-  if (n == 0 || n > out->rank) return 0;
-  for (int d = 0; d < n; d++)
-    if (in->shape[d0 + d] != out->shape[out->rank - n + d]) return 0;
-  return 1;
-}
-
 /* ---- loop templates --------------------------------------------------
  *
  * Each stamps one static function computing [begin, end) of k's output.
@@ -271,8 +259,8 @@ static int is_row_of(const graft__tview *in, const graft__tview *out) {
     }                                                                      \
     /* one operand a row repeated over the other's leading dims (a bias    \
      * [C] over [N, C]): element i reads it at i % its length, no plan */  \
-    const int rb_ = na_ == no_ && nb_ > 1 && is_row_of(k->in[1], k->out);  \
-    if (rb_ || (nb_ == no_ && na_ > 1 && is_row_of(k->in[0], k->out))) {   \
+    const int rb_ = na_ == no_ && nb_ > 1 && graft__is_row_of(k->in[1], k->out);  \
+    if (rb_ || (nb_ == no_ && na_ > 1 && graft__is_row_of(k->in[0], k->out))) {   \
       const int64_t len_ = rb_ ? nb_ : na_;                                \
       for (int64_t i_ = begin; i_ < end;) {                                \
         const int64_t j0_ = i_ % len_;                                     \

@@ -33,9 +33,11 @@ static int code_fits(const graft__fused *f, const graft__kargs *k, int64_t begin
   if (!f->code || k->n_in != f->code_n_in || k->out->dtype != f->code_dtype || begin < 0 ||
       end > k->out->numel)
     return 0;
-  for (int j = 0; j < k->n_in; j++)
-    if (k->in[j]->dtype != f->code_dtype || k->in[j]->numel != (f->code_scalar[j] ? 1 : k->out->numel))
-      return 0;
+  for (int j = 0; j < k->n_in; j++) {
+    int kind = f->code_kind[j];
+    int64_t want = kind == GRAFT__FUSED_IN_FULL ? k->out->numel : kind == GRAFT__FUSED_IN_SCALAR ? 1 : f->code_row;
+    if (k->in[j]->dtype != f->code_dtype || k->in[j]->numel != want) return 0;
+  }
   return 1;
 }
 
@@ -45,7 +47,7 @@ graft_status graft__fused_run(const graft__kargs *k, int64_t begin, int64_t end,
     const void *ptrs[GRAFT__FUSED_MAX_IN + 1];
     for (int j = 0; j < k->n_in; j++) ptrs[j] = k->in[j]->data;
     ptrs[k->n_in] = k->out->data;
-    f->code(ptrs, begin, end);
+    f->code(ptrs, begin, end, f->code_row ? begin % f->code_row : 0);
     return GRAFT_OK;
   }
   const int nm = f->n_members;

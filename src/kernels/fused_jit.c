@@ -205,16 +205,18 @@ static const float k_f32[N_CONSTS] = {0.0f, -0.0f, 1.0f, (float)NAN};
 static const double k_f64[N_CONSTS] = {0.0, -0.0, 1.0, (double)NAN};
 
 /* General registers that hold the inputs' and the output's base
- * addresses (rax: the byte index, rdx: the end, r13: the vector loop's
- * end, rsi: scratch while setting up, rdi: the pointer list, taken last). */
-static const int base_regs[] = {GRAFT__RCX, GRAFT__R8, GRAFT__R9, GRAFT__R10, GRAFT__R11,
-                                GRAFT__RBX, GRAFT__R12, GRAFT__R14, GRAFT__R15, GRAFT__RDI};
+ * addresses (rax: the byte index, rcx: a row's byte index, rdx: the end,
+ * r13: the vector loop's end, rsi: scratch while setting up, rdi: the
+ * pointer list, taken last). */
+static const int base_regs[] = {GRAFT__R8,  GRAFT__R9,  GRAFT__R10, GRAFT__R11, GRAFT__RBX,
+                                GRAFT__R12, GRAFT__R14, GRAFT__R15, GRAFT__RDI};
 static const int saved_regs[] = {GRAFT__RBX, GRAFT__R12, GRAFT__R13, GRAFT__R14, GRAFT__R15};
 
 typedef struct group {
   const graft__fused *f;
   int n_in;
-  int scalar[GRAFT__FUSED_MAX_IN]; /* 1: one element, broadcast */
+  int kind[GRAFT__FUSED_MAX_IN];   /* GRAFT__FUSED_IN_* */
+  int64_t row;                     /* elements of a row input (0: none) */
   int base[GRAFT__FUSED_MAX_IN + 1]; /* general register of a full input; [n_in]: the output */
   int sreg[GRAFT__FUSED_MAX_IN];   /* vector register of a scalar input */
   int last_in[GRAFT__FUSED_MAX_IN]; /* the last member reading a full input */
@@ -223,6 +225,14 @@ typedef struct group {
   unsigned consts;
   int f64;
 } group;
+
+/* How code reads input j of the group (kernels.h): its element i, its one
+ * element, its element i % row. */
+static int in_kind(const graft__tview *in, const graft__tview *out) {
+  if (in->numel == out->numel) return GRAFT__FUSED_IN_FULL;
+  if (in->numel == 1) return GRAFT__FUSED_IN_SCALAR;
+  return graft__is_row_of(in, out) ? GRAFT__FUSED_IN_ROW : -1;
+}
 
 /* Which CANON members must write C's NAN: the root, and those read by a
  * member that is not BLIND.  Where every reader is BLIND, a NaN there
@@ -257,14 +267,21 @@ static int analyse(group *g, const graft__fused *f, const graft__tview *const *i
   if (out->dtype != GRAFT_F32 && out->dtype != GRAFT_F64) return 0;
   if (out->numel < 1 || n_in > GRAFT__FUSED_MAX_IN || nm < 2 || nm > GRAFT__FUSED_MAX_MEMBERS)
     return 0;
-  int n_full = 0;
+  int n_based = 0;
+  g->row = 0;
   for (int j = 0; j < n_in; j++) {
-    if (in[j]->dtype != out->dtype || (in[j]->numel != out->numel && in[j]->numel != 1)) return 0;
-    g->scalar[j] = in[j]->numel == 1 && out->numel != 1;
-    n_full += !g->scalar[j];
+    int k = g->kind[j] = in_kind(in[j], out);
+    if (in[j]->dtype != out->dtype || k < 0) return 0;
+    /* rows of one length, whole vectors of it (a vector then never
+     * straddles the row's end) */
+    if (k == GRAFT__FUSED_IN_ROW && ((g->row && g->row != in[j]->numel) ||
+                                     in[j]->numel * (int64_t)graft_dtype_size(out->dtype) % VEC_BYTES))
+      return 0;
+    if (k == GRAFT__FUSED_IN_ROW) g->row = in[j]->numel;
+    n_based += k != GRAFT__FUSED_IN_SCALAR;
     g->last_in[j] = -1;
   }
-  if (n_full + 1 > (int)GRAFT__COUNT(base_regs)) return 0;
+  if (n_based + 1 > (int)GRAFT__COUNT(base_regs)) return 0;
   for (int m = 0; m < nm; m++) {
     const graft__fused_member *fm = &f->m[m];
     const graft__node *nd = fm->node;
@@ -277,7 +294,7 @@ static int analyse(group *g, const graft__fused *f, const graft__tview *const *i
     for (int j = 0; j < nd->n_in; j++) {
       int ref = fm->ref[j];
       if (ref >= n_in || -1 - ref >= m) return 0;
-      if (ref >= 0 && !g->scalar[ref]) g->last_in[ref] = m;
+      if (ref >= 0 && g->kind[ref] != GRAFT__FUSED_IN_SCALAR) g->last_in[ref] = m;
       if (ref < 0) g->last_m[-1 - ref] = m;
     }
   }
@@ -298,12 +315,13 @@ static void body(jit_ctx *c, const group *g, uint32_t fixed) {
       int ref = f->m[m].ref[j];
       if (ref < 0) {
         s[j] = m_reg[-1 - ref];
-      } else if (g->scalar[ref]) {
+      } else if (g->kind[ref] == GRAFT__FUSED_IN_SCALAR) {
         s[j] = g->sreg[ref];
       } else {
         if (in_reg[ref] < 0) {
           in_reg[ref] = take(c);
-          graft__asm_load(c->a, c->f, in_reg[ref], g->base[ref]);
+          graft__asm_load(c->a, c->f, in_reg[ref], g->base[ref],
+                          g->kind[ref] == GRAFT__FUSED_IN_ROW ? GRAFT__RCX : GRAFT__RAX);
         }
         s[j] = in_reg[ref];
       }
@@ -315,26 +333,45 @@ static void body(jit_ctx *c, const group *g, uint32_t fixed) {
     for (int j = 0; j < nd->n_in; j++) {
       int ref = f->m[m].ref[j];
       if (ref < 0 && g->last_m[-1 - ref] == m) give(c, m_reg[-1 - ref]);
-      if (ref >= 0 && !g->scalar[ref] && g->last_in[ref] == m) give(c, in_reg[ref]);
+      if (ref >= 0 && g->kind[ref] != GRAFT__FUSED_IN_SCALAR && g->last_in[ref] == m)
+        give(c, in_reg[ref]);
     }
-    if (m == f->n_members - 1) graft__asm_store(c->a, c->f, d, g->base[g->n_in]);
+    if (m == f->n_members - 1) graft__asm_store(c->a, c->f, d, g->base[g->n_in], GRAFT__RAX);
     if (g->last_m[m] == m) give(c, d);
   }
 }
 
-/* while (rax < end) { body; rax += step; } */
-static void loop(jit_ctx *c, const group *g, uint32_t fixed, int end, int step) {
-  size_t top = c->a->len;
-  graft__asm_cmp_reg(c->a, GRAFT__RAX, end);
-  size_t out = graft__asm_jump(c->a, 1);
+/* while (rax < end [&& rax not a whole vector's]) { body; rax += step;
+ * rcx += step, back to 0 at the row's end } */
+static void loop(jit_ctx *c, const group *g, uint32_t fixed, int end, int step, int to_aligned) {
+  graft__asm *a = c->a;
+  const int64_t row_bytes = g->row * (g->f64 ? 8 : 4);
+  size_t top = a->len;
+  graft__asm_cmp_reg(a, GRAFT__RAX, end);
+  size_t out = graft__asm_jump(a, GRAFT__JGE), out2 = 0;
+  if (to_aligned) {
+    graft__asm_test_al(a, VEC_BYTES - 1);
+    out2 = graft__asm_jump(a, GRAFT__JE);
+  }
   body(c, g, fixed);
-  graft__asm_add_imm(c->a, GRAFT__RAX, step);
-  graft__asm_jump_back(c->a, top);
-  graft__asm_patch(c->a, out);
+  graft__asm_add_imm(a, GRAFT__RAX, step);
+  if (g->row) {
+    graft__asm_add_imm(a, GRAFT__RCX, step);
+    graft__asm_cmp_imm(a, GRAFT__RCX, (int32_t)row_bytes);
+    size_t skip = graft__asm_jump(a, GRAFT__JNE);
+    graft__asm_zero(a, GRAFT__RCX);
+    graft__asm_patch(a, skip);
+  }
+  graft__asm_jump_back(a, top);
+  graft__asm_patch(a, out);
+  if (to_aligned) graft__asm_patch(a, out2);
 }
 
-/* The loop: void code(const void *const *ptrs, int64_t begin, int64_t end),
- * ptrs the inputs' data then the output's. */
+/* The loop: void code(const void *const *ptrs, int64_t begin, int64_t end,
+ * int64_t row0), ptrs the inputs' data then the output's, row0 = begin %
+ * row.  With a row input, one element at a time until begin is a whole
+ * vector's (then so is its place in the row: rows are whole vectors), 8
+ * floats (4 doubles) at a time, then one at a time. */
 static int emit(graft__asm *a, const group *gc) {
   group g = *gc;
   const int f64 = g.f64;
@@ -346,13 +383,15 @@ static int emit(graft__asm *a, const group *gc) {
     if (g.consts & NEEDS(k)) fixed |= 1u << (c.konst[k] = take(&c));
   }
   for (int j = 0; j < g.n_in; j++)
-    if (g.scalar[j]) fixed |= 1u << (g.sreg[j] = take(&c));
+    if (g.kind[j] == GRAFT__FUSED_IN_SCALAR) fixed |= 1u << (g.sreg[j] = take(&c));
+  if (g.row && (int64_t)(int32_t)(g.row * es) != g.row * es) return 0;
   if (c.failed) return 0;
 
   for (size_t i = 0; i < GRAFT__COUNT(saved_regs); i++) graft__asm_push(a, saved_regs[i]);
   graft__asm_mov(a, GRAFT__RAX, GRAFT__RSI);
   graft__asm_shl(a, GRAFT__RAX, f64 ? 3 : 2);
   graft__asm_shl(a, GRAFT__RDX, f64 ? 3 : 2);
+  if (g.row) graft__asm_shl(a, GRAFT__RCX, f64 ? 3 : 2);
   graft__asm_mov(a, GRAFT__R13, GRAFT__RDX);
   graft__asm_add_imm(a, GRAFT__R13, es - VEC_BYTES);
   for (int k = 0; k < N_CONSTS; k++) {
@@ -361,22 +400,28 @@ static int emit(graft__asm *a, const group *gc) {
     graft__asm_broadcast(a, f64, c.konst[k], GRAFT__RSI);
   }
   for (int j = 0; j < g.n_in; j++) {
-    if (!g.scalar[j]) continue;
+    if (g.kind[j] != GRAFT__FUSED_IN_SCALAR) continue;
     graft__asm_mov_load(a, GRAFT__RSI, GRAFT__RDI, 8 * j);
     graft__asm_broadcast(a, f64, g.sreg[j], GRAFT__RSI);
   }
   int nb = 0;
   for (int j = 0; j <= g.n_in; j++) {
-    if (j < g.n_in && g.scalar[j]) continue;
+    if (j < g.n_in && g.kind[j] == GRAFT__FUSED_IN_SCALAR) continue;
     g.base[j] = base_regs[nb++];
   }
   /* rdi (the list) is the last base taken, so it is overwritten last */
   for (int j = 0; j <= g.n_in; j++)
-    if (!(j < g.n_in && g.scalar[j])) graft__asm_mov_load(a, g.base[j], GRAFT__RDI, 8 * j);
+    if (!(j < g.n_in && g.kind[j] == GRAFT__FUSED_IN_SCALAR))
+      graft__asm_mov_load(a, g.base[j], GRAFT__RDI, 8 * j);
 
-  loop(&c, &g, fixed, GRAFT__R13, VEC_BYTES); /* 8 floats (4 doubles) a turn */
+  if (g.row) {
+    c.f.vec = 0;
+    loop(&c, &g, fixed, GRAFT__RDX, es, 1);
+    c.f.vec = 1;
+  }
+  loop(&c, &g, fixed, GRAFT__R13, VEC_BYTES, 0); /* 8 floats (4 doubles) a turn */
   c.f.vec = 0;
-  loop(&c, &g, fixed, GRAFT__RDX, es);        /* then one a turn */
+  loop(&c, &g, fixed, GRAFT__RDX, es, 0);        /* then one a turn */
   for (size_t i = GRAFT__COUNT(saved_regs); i-- > 0;) graft__asm_pop(a, saved_regs[i]);
   graft__asm_vzeroupper(a);
   graft__asm_ret(a);
@@ -411,8 +456,11 @@ void *graft__fused_compile(graft__fused *const *groups, const graft__fused_io *i
     void *entry = (uint8_t *)mem + pos[k];
     memcpy(&f->code, &entry, sizeof f->code);
     f->code_dtype = io[k].out->dtype;
-    for (int j = 0; j < io[k].n_in; j++)
-      f->code_scalar[j] = io[k].in[j]->numel == 1 && io[k].out->numel != 1;
+    f->code_row = 0;
+    for (int j = 0; j < io[k].n_in; j++) {
+      f->code_kind[j] = (uint8_t)in_kind(io[k].in[j], io[k].out);
+      if (f->code_kind[j] == GRAFT__FUSED_IN_ROW) f->code_row = io[k].in[j]->numel;
+    }
     f->code_n_in = io[k].n_in;
   }
 out:

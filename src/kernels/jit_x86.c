@@ -77,12 +77,12 @@ static void vex_rr(graft__asm *a, int map, int l, int pp, int op, int reg, int v
   byte(a, 0xC0 | (reg & 7) << 3 | (rm & 7));
 }
 
-/* op reg, [base + rax] */
-static void vex_indexed(graft__asm *a, int l, int pp, int op, int reg, int base) {
-  vex(a, MAP_0F, l, pp, reg, 0, GRAFT__RAX, base);
+/* op reg, [base + index] */
+static void vex_indexed(graft__asm *a, int l, int pp, int op, int reg, int base, int index) {
+  vex(a, MAP_0F, l, pp, reg, 0, index, base);
   byte(a, op);
-  byte(a, (reg & 7) << 3 | 4);                /* mod 00, rm 100: a SIB follows */
-  byte(a, (GRAFT__RAX & 7) << 3 | (base & 7)); /* scale 1, index rax */
+  byte(a, (reg & 7) << 3 | 4);              /* mod 00, rm 100: a SIB follows */
+  byte(a, (index & 7) << 3 | (base & 7));   /* scale 1 */
 }
 
 static int arith_pp(graft__asm_form f) {
@@ -113,13 +113,13 @@ void graft__asm_move(graft__asm *a, graft__asm_form f, int d, int s) {
   vex_rr(a, MAP_0F, f.vec, PP_NONE, 0x28, d, 0, s); /* vmovaps */
 }
 
-void graft__asm_load(graft__asm *a, graft__asm_form f, int d, int base) {
+void graft__asm_load(graft__asm *a, graft__asm_form f, int d, int base, int index) {
   /* vmovups ymm / vmovss, vmovsd xmm */
-  vex_indexed(a, f.vec, f.vec ? PP_NONE : arith_pp(f), 0x10, d, base);
+  vex_indexed(a, f.vec, f.vec ? PP_NONE : arith_pp(f), 0x10, d, base, index);
 }
 
-void graft__asm_store(graft__asm *a, graft__asm_form f, int s, int base) {
-  vex_indexed(a, f.vec, f.vec ? PP_NONE : arith_pp(f), 0x11, s, base);
+void graft__asm_store(graft__asm *a, graft__asm_form f, int s, int base, int index) {
+  vex_indexed(a, f.vec, f.vec ? PP_NONE : arith_pp(f), 0x11, s, base, index);
 }
 
 void graft__asm_broadcast(graft__asm *a, int f64, int d, int base) {
@@ -180,16 +180,34 @@ void graft__asm_add_imm(graft__asm *a, int r, int32_t v) {
   u32(a, (uint32_t)v);
 }
 
+void graft__asm_zero(graft__asm *a, int r) {
+  rex(a, 0, r, r); /* xor r32, r32 (clears the upper half too) */
+  byte(a, 0x31);
+  byte(a, 0xC0 | (r & 7) << 3 | (r & 7));
+}
+
 void graft__asm_cmp_reg(graft__asm *a, int d, int s) {
   rex(a, 1, s, d);
   byte(a, 0x39);
   byte(a, 0xC0 | (s & 7) << 3 | (d & 7));
 }
 
-size_t graft__asm_jump(graft__asm *a, int ge) {
-  if (ge) {
+void graft__asm_cmp_imm(graft__asm *a, int r, int32_t v) {
+  rex(a, 1, 0, r);
+  byte(a, 0x81);
+  byte(a, 0xF8 | (r & 7)); /* /7 */
+  u32(a, (uint32_t)v);
+}
+
+void graft__asm_test_al(graft__asm *a, uint8_t v) {
+  byte(a, 0xA8);
+  byte(a, v);
+}
+
+size_t graft__asm_jump(graft__asm *a, int cc) {
+  if (cc != GRAFT__JMP) {
     byte(a, 0x0F);
-    byte(a, 0x8D);
+    byte(a, (unsigned)cc);
   } else {
     byte(a, 0xE9);
   }

@@ -54,9 +54,10 @@ void graft__asm_logic(graft__asm *a, graft__asm_form f, int op, int d, int s1, i
 void graft__asm_blend(graft__asm *a, graft__asm_form f, int d, int if_false, int if_true, int mask);
 /* d = s (a register copy). */
 void graft__asm_move(graft__asm *a, graft__asm_form f, int d, int s);
-/* d = f's element(s) at [base + rax]; [base + rax] = s. */
-void graft__asm_load(graft__asm *a, graft__asm_form f, int d, int base);
-void graft__asm_store(graft__asm *a, graft__asm_form f, int s, int base);
+/* d = f's element(s) at [base + index]; [base + index] = s (base not
+ * rbp or r13, index not rsp). */
+void graft__asm_load(graft__asm *a, graft__asm_form f, int d, int base, int index);
+void graft__asm_store(graft__asm *a, graft__asm_form f, int s, int base, int index);
 /* d's every element = the element at [base] (vbroadcastss/sd). */
 void graft__asm_broadcast(graft__asm *a, int f64, int d, int base);
 
@@ -69,11 +70,17 @@ void graft__asm_mov_imm64(graft__asm *a, int d, uint64_t v);
 void graft__asm_mov(graft__asm *a, int d, int s);
 void graft__asm_shl(graft__asm *a, int r, int bits);
 void graft__asm_add_imm(graft__asm *a, int r, int32_t v);
-/* Flags of d - s (signed compare). */
+/* r = 0 */
+void graft__asm_zero(graft__asm *a, int r);
+/* Flags of d - s, of r - v (signed compare); of al & v. */
 void graft__asm_cmp_reg(graft__asm *a, int d, int s);
-/* A jump (jmp, or jge when ge) whose target is set later: its position,
+void graft__asm_cmp_imm(graft__asm *a, int r, int32_t v);
+void graft__asm_test_al(graft__asm *a, uint8_t v);
+/* Jump conditions (the 0F 8x opcodes' low byte). */
+enum { GRAFT__JMP = 0, GRAFT__JE = 0x84, GRAFT__JNE = 0x85, GRAFT__JGE = 0x8D };
+/* A jump (cc one of the above) whose target is set later: its position,
  * for graft__asm_patch. */
-size_t graft__asm_jump(graft__asm *a, int ge);
+size_t graft__asm_jump(graft__asm *a, int cc);
 /* Points the jump at position at to the current end of the code. */
 void graft__asm_patch(graft__asm *a, size_t at);
 /* A jmp back to position to. */

@@ -125,8 +125,12 @@ typedef struct graft__fused_member {
 } graft__fused_member;
 
 /* A group compiled to one loop (fused_jit.c) over elements [begin, end):
- * ptrs holds the group's inputs' data, then its output's. */
-typedef void (*graft__fused_code)(const void *const *ptrs, int64_t begin, int64_t end);
+ * ptrs holds the group's inputs' data, then its output's; row0 is begin %
+ * the length of its row inputs (code_row), if it has any. */
+typedef void (*graft__fused_code)(const void *const *ptrs, int64_t begin, int64_t end, int64_t row0);
+/* How compiled code reads an input: at element i, its one element, at
+ * i % code_row (a bias row, graft__is_row_of). */
+enum { GRAFT__FUSED_IN_FULL, GRAFT__FUSED_IN_SCALAR, GRAFT__FUSED_IN_ROW };
 
 typedef struct graft__fused {
   int n_members;
@@ -138,12 +142,13 @@ typedef struct graft__fused {
                                   graph gives it the group's inputs) */
   /* Compiled (graft__fused_compile), or code NULL: the members' kernels
    * run it.  It runs only for the inputs it was compiled for: n_in of
-   * dtype code_dtype, input j one element when code_scalar[j], else the
-   * output's count. */
+   * dtype code_dtype, input j read as code_kind[j] says (so of the
+   * output's count, one element, or code_row elements). */
   graft__fused_code code;
   graft_dtype code_dtype;
   int code_n_in;
-  uint8_t code_scalar[GRAFT__FUSED_MAX_IN];
+  int64_t code_row;
+  uint8_t code_kind[GRAFT__FUSED_MAX_IN];
 } graft__fused;
 
 /* A group's views at compile: its inputs' and its value's. */

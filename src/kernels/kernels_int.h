@@ -44,6 +44,18 @@
 static inline float graft__canon_f32(float v) { return v != v ? (float)NAN : v; }
 static inline double graft__canon_f64(double v) { return v != v ? (double)NAN : v; }
 
+/* 1 when in, after its leading 1s, is out's trailing dims: a row that
+ * broadcasts over out's leading dims, read at flat index i % numel. */
+static inline int graft__is_row_of(const graft__tview *in, const graft__tview *out) {
+  int d0 = 0;
+  while (d0 < in->rank && in->shape[d0] == 1) d0++;
+  const int n = in->rank - d0;
+  if (n == 0 || n > out->rank) return 0;
+  for (int d = 0; d < n; d++)
+    if (in->shape[d0 + d] != out->shape[out->rank - n + d]) return 0;
+  return 1;
+}
+
 /* Plain triple-loop matmul with the same arguments, units and broadcasting
  * as graft__k_MATMUL; accumulates in double.  Tests use it as the oracle for
  * the BLAS path. */

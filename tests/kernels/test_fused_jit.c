@@ -1,9 +1,11 @@
 /* Fused groups compiled to machine code (kernels/fused_jit.c) against the
  * interpreter (GRAFT_FUSION=interp) and against no fusion at all, bitwise.
  *
- * Every op the compiler takes, in f32 and f64, each operand either of the
- * group's shape or one element (broadcast), over lengths around the vector
- * width (1 to 1,027 elements: the packed loop, the scalar tail, both), in
+ * Every op the compiler takes, in f32 and f64, each operand of the group's
+ * shape, one element (broadcast) or a row broadcast over the group's
+ * leading dim (a bias: read at i % cols), over lengths around the vector
+ * width (1 to 1,027 elements: the packed loop, the scalar tail, both;
+ * rows of whole vectors and rows that are not), in
  * groups of two forms: neg(op(...)) and op(...) with neg(input) as one
  * operand, and op(...) assigned to a variable.  Inputs mix finite values
  * with the values whose bits a careless compiler gets wrong: NaNs of both
@@ -134,6 +136,7 @@ static const char *const k_rt_names[N_RTS] = {"fusion off", "interp", "on seq", 
 
 static int g_can_compile;
 static int64_t g_compiled[N_FORMS]; /* groups compiled per form, on seq */
+static int64_t g_row_compiled;      /* of them, with a row operand */
 
 /* One call of c on rt; its output (and the group counts of its plan). */
 static graft_tensor *run(graft_runtime *rt, jcase *c, int n_in, graft_tensor *const *in,
@@ -158,7 +161,7 @@ static void report(const jcase *c, graft_dtype dt, int n_in, graft_tensor *const
   char ops[160] = "";
   size_t at = 0;
   for (int j = 0; j < n_in && i < n; j++) {
-    int64_t k = graft_tensor_numel(in[j]) == 1 ? 0 : i;
+    int64_t k = i % graft_tensor_numel(in[j]);
     uint64_t bits = 0;
     memcpy(&bits, (const char *)graft_tensor_data(in[j]) + k * es, es);
     at += (size_t)snprintf(ops + at, sizeof ops - at, " in%d=%#llx", j, (unsigned long long)bits);
@@ -173,21 +176,30 @@ static void report(const jcase *c, graft_dtype dt, int n_in, graft_tensor *const
            (long long)i, (unsigned long long)gb, (unsigned long long)rb, ops);
 }
 
-/* Operand j of the case is one element when bit j of scalars is set. */
+enum { K_FULL, K_SCALAR, K_ROW, N_KINDS };
+
+/* The group's shape is [rows, cols]; operand j is kind[j]: of that shape,
+ * one element, or a row [cols] (a bias). */
 static void check_case(graft_runtime *const *rts, tu_rng *r, const op_case *op, graft_dtype dt,
-                       int64_t n, unsigned scalars, int form) {
-  int64_t shape[1] = {n};
-  jcase c = {op, form, (int)(scalars % (unsigned)op->arity), NULL};
+                       int64_t rows, int64_t cols, const int *kind, int form) {
+  const int64_t shape[2] = {rows, cols};
+  jcase c = {op, form, (kind[0] + 2 * kind[op->arity - 1] + form) % op->arity, NULL};
   graft_tensor *in[MAX_ARITY] = {NULL, NULL, NULL}, *var0 = NULL;
+  int has_row = 0;
   for (int j = 0; j < op->arity; j++) {
-    in[j] = tu_tensor_from(dt, scalars >> j & 1 ? 0 : 1, shape, NULL);
+    if (kind[j] == K_SCALAR) in[j] = tu_tensor_from(dt, 0, shape, NULL);
+    else if (kind[j] == K_ROW) in[j] = tu_tensor_from(dt, 1, &shape[1], NULL);
+    else in[j] = tu_tensor_from(dt, 2, shape, NULL);
+    has_row |= kind[j] == K_ROW;
     fill(r, in[j]);
   }
   if (form == FORM_ASSIGN) {
-    var0 = tu_tensor_from(dt, 1, shape, NULL);
+    var0 = tu_tensor_from(dt, 2, shape, NULL);
     fill(r, var0);
-    assert_int_equal(graft_variable_create(NULL, "v", dt, 1, shape, NULL, 0, &c.var), GRAFT_OK);
+    assert_int_equal(graft_variable_create(NULL, "v", dt, 2, shape, NULL, 0, &c.var), GRAFT_OK);
   }
+  /* rows compile when a vector (32 bytes) never straddles a row's end */
+  const int compiles = g_can_compile && (!has_row || cols * (int64_t)graft_dtype_size(dt) % 32 == 0);
   graft_tensor *out[N_RTS], *var[N_RTS] = {NULL};
   graft_plan_stats ps[N_RTS];
   for (int k = 0; k < N_RTS; k++) {
@@ -213,10 +225,12 @@ static void check_case(graft_runtime *const *rts, tu_rng *r, const op_case *op, 
       fail_msg("%s %s, %s: %s fused %lld groups, want %d", op->name, dt == GRAFT_F64 ? "f64" : "f32",
                k_forms[form], k_rt_names[k], (long long)ps[k].fused_groups, want);
   for (int k = RT_ON_SEQ; k < N_RTS; k++)
-    if (ps[k].fused_compiled != (g_can_compile ? want : 0))
-      fail_msg("%s %s, %s: %s compiled %lld groups, want %d", op->name, dt == GRAFT_F64 ? "f64" : "f32",
-               k_forms[form], k_rt_names[k], (long long)ps[k].fused_compiled, g_can_compile ? want : 0);
+    if (ps[k].fused_compiled != (compiles ? want : 0))
+      fail_msg("%s %s, %s, [%lld, %lld]%s: %s compiled %lld groups, want %d", op->name,
+               dt == GRAFT_F64 ? "f64" : "f32", k_forms[form], (long long)rows, (long long)cols,
+               has_row ? " with a row" : "", k_rt_names[k], (long long)ps[k].fused_compiled, compiles ? want : 0);
   g_compiled[form] += ps[RT_ON_SEQ].fused_compiled;
+  g_row_compiled += has_row ? ps[RT_ON_SEQ].fused_compiled : 0;
   for (int k = 0; k < N_RTS; k++) {
     graft_tensor_destroy(out[k]);
     graft_tensor_destroy(var[k]);
@@ -226,7 +240,12 @@ static void check_case(graft_runtime *const *rts, tu_rng *r, const op_case *op, 
   graft_variable_destroy(c.var);
 }
 
-static const int64_t k_lengths[] = {1, 3, 4, 7, 8, 9, 15, 16, 17, 33, 100, 1027};
+/* [rows, cols]: one row of lengths around the vector width, then shapes
+ * with row operands whose rows are whole vectors of f32, of f64 only, or
+ * of neither (the interpreter runs those). */
+static const int64_t k_shapes[][2] = {{1, 1},  {1, 3},  {1, 4},   {1, 7},  {1, 8},  {1, 9},
+                                      {1, 15}, {1, 16}, {1, 17},  {1, 33}, {1, 100}, {1, 1027},
+                                      {3, 8},  {5, 16}, {2, 24},  {9, 4},  {4, 5},   {33, 32}};
 
 static void test_graft_function_call__compiled_groups_bitwise_equal_to_interpreted_and_unfused(void **state) {
   (void)state;
@@ -240,21 +259,35 @@ static void test_graft_function_call__compiled_groups_bitwise_equal_to_interpret
   int64_t cases = 0;
   for (size_t o = 0; o < COUNT(k_ops); o++)
     for (int dt = 0; dt < 2; dt++)
-      for (size_t li = 0; li < COUNT(k_lengths); li++)
-        for (unsigned s = 0; s < (1u << k_ops[o].arity); s++) {
-          /* all operands one element only at length 1 (the group is then one
-           * element too); otherwise at least one of the group's shape */
-          if (s == (1u << k_ops[o].arity) - 1 && k_lengths[li] != 1) continue;
+      for (size_t si = 0; si < COUNT(k_shapes); si++) {
+        const int64_t rows = k_shapes[si][0], cols = k_shapes[si][1];
+        const int arity = k_ops[o].arity;
+        int n_combos = 1;
+        for (int j = 0; j < arity; j++) n_combos *= N_KINDS;
+        for (int combo = 0; combo < n_combos; combo++) {
+          int kind[MAX_ARITY], n_full = 0, n_row = 0;
+          for (int j = 0, v = combo; j < arity; j++, v /= N_KINDS) {
+            kind[j] = v % N_KINDS;
+            n_full += kind[j] == K_FULL;
+            n_row += kind[j] == K_ROW;
+          }
+          /* one operand at least of the group's shape (all one-element
+           * operands only in a one-element group); rows only where they
+           * are not the whole shape */
+          if ((!n_full && rows * cols != 1) || (n_row && rows == 1)) continue;
           for (int form = 0; form < N_FORMS; form++) {
-            check_case(rts, &r, &k_ops[o], dt ? GRAFT_F64 : GRAFT_F32, k_lengths[li], s, form);
+            check_case(rts, &r, &k_ops[o], dt ? GRAFT_F64 : GRAFT_F32, rows, cols, kind, form);
             cases++;
           }
         }
+      }
   print_message("%lld cases, each under %d runtimes; groups compiled:", (long long)cases, N_RTS);
   for (int form = 0; form < N_FORMS; form++)
     print_message(" %lld %s%s", (long long)g_compiled[form], k_forms[form], form + 1 < N_FORMS ? "," : "\n");
+  print_message("%lld groups with a row operand compiled\n", (long long)g_row_compiled);
   /* every form compiled (most cases of each) where graft compiles */
   for (int form = 0; form < N_FORMS && g_can_compile; form++) assert_true(g_compiled[form] > cases / N_FORMS / 2);
+  if (g_can_compile) assert_true(g_row_compiled > 0);
   for (int k = 0; k < N_RTS; k++) graft_runtime_destroy(rts[k]);
 }
 
