@@ -11,16 +11,17 @@
  * Each element gets the same IEEE operations in the same order as the
  * members' kernels give it (elementwise.c: an add is one vaddps or vaddss
  * here and there, a maximum the same compare and select), so the bits are
- * the same as the interpreter's and as unfused; tests compare all three.
- * NaN operands: where both of an add's operands are NaN, x86 returns the
- * first source's; the instructions here take the C expression's left
- * operand first, as the kernels' compiled loops do (tested with NaNs of
- * different payloads against each kernel).
+ * the same as the interpreter's and as unfused; tests compare all three,
+ * with NaNs of different payloads and signs among the inputs.  The kernels
+ * of add, sub, mul, div and mul_add write a NaN result as C's NAN (which
+ * NaN an add of two NaNs passes on is otherwise the compiler's choice);
+ * the code does so too, where the NaN's bits could show (canon_needed).
  *
  * A group compiles when every member has a rule below, one dtype (f32 or
- * f64) runs through all of it, every input is either the group's shape or
- * one element (a hyperparameter, broadcast into a register once), and its
- * values fit the 16 vector registers; otherwise the interpreter runs it.
+ * f64) runs through all of it, every input is the group's shape, one
+ * element (a hyperparameter, broadcast into a register once) or a row of
+ * whole vectors broadcast over the leading dims (a bias), and its values
+ * fit the 16 vector registers; otherwise the interpreter runs it.
  * The rules are a table expanded from GRAFT_OP_MAP (the probe idiom of
  * kernel_table.c), so an op without one is simply not compiled. */
 #include <math.h>
@@ -428,6 +429,8 @@ static int emit(graft__asm *a, const group *gc) {
   return !c.failed && !a->failed;
 }
 
+int graft__fused_refuse_pages;
+
 void *graft__fused_compile(graft__fused *const *groups, const graft__fused_io *io, int n,
                            size_t *len) {
   graft__asm a = {0};
@@ -446,7 +449,7 @@ void *graft__fused_compile(graft__fused *const *groups, const graft__fused_io *i
     else if (!a.failed) a.len = start; /* out of registers: drop it */
     if (a.failed) goto out;
   }
-  if (a.len == 0 || !(mem = graft__jit_map(a.b, a.len))) goto out;
+  if (a.len == 0 || graft__fused_refuse_pages || !(mem = graft__jit_map(a.b, a.len))) goto out;
   *len = a.len;
   for (int k = 0; k < n; k++) {
     graft__fused *f = groups[k];

@@ -168,6 +168,9 @@ void graft__fused_release(void *mem, size_t len);
 /* 1 where graft__fused_compile can compile (x86-64 Linux with AVX, not a
  * ThreadSanitizer build). */
 int graft__fused_can_compile(void);
+/* Tests: nonzero makes graft__fused_compile find no executable memory, as
+ * on a system that refuses it (every group is then interpreted). */
+extern int graft__fused_refuse_pages;
 
 /* BLAS setup: make OpenBLAS single-threaded inside tasks where that is safe
  * (pthreads variant); never touches the OpenMP variant.  Idempotent. */

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "kernels/kernels.h"
 #include "testutil.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -291,9 +292,49 @@ static void test_graft_function_call__compiled_groups_bitwise_equal_to_interpret
   for (int k = 0; k < N_RTS; k++) graft_runtime_destroy(rts[k]);
 }
 
+static const op_case *op_named(const char *name) {
+  for (size_t o = 0; o < COUNT(k_ops); o++)
+    if (!strcmp(k_ops[o].name, name)) return &k_ops[o];
+  fail_msg("no op %s", name);
+  return NULL;
+}
+
+/* Where the system gives no executable memory, every group is interpreted
+ * and the results are the same. */
+static void test_graft_function_call__groups_interpreted_without_executable_pages(void **state) {
+  (void)state;
+  graft_runtime *on = tu_runtime_fused("ws", 2, 8, "on"), *off = tu_runtime_fused("seq", 1, 0, "off");
+  const op_case *const ops[] = {op_named("add"), op_named("div"), op_named("mul_add")};
+  tu_rng r = {0x9a9e5u};
+  for (int refuse = 0; refuse < 2; refuse++)
+    for (size_t o = 0; o < COUNT(ops); o++) {
+      const int64_t shape[2] = {5, 40};
+      jcase c = {ops[o], FORM_NEG_AFTER, 0, NULL};
+      graft_tensor *in[MAX_ARITY] = {NULL, NULL, NULL};
+      for (int j = 0; j < ops[o]->arity; j++) {
+        in[j] = tu_tensor_from(GRAFT_F32, 2, shape, NULL);
+        fill(&r, in[j]);
+      }
+      graft_plan_stats ps_on, ps_off;
+      graft__fused_refuse_pages = refuse;
+      graft_tensor *got = run(on, &c, ops[o]->arity, in, NULL, &ps_on);
+      graft__fused_refuse_pages = 0;
+      graft_tensor *want = run(off, &c, ops[o]->arity, in, NULL, &ps_off);
+      assert_true(tu_bitwise_equal(got, want));
+      assert_int_equal(ps_on.fused_groups, 1);
+      assert_int_equal(ps_on.fused_compiled, refuse ? 0 : g_can_compile);
+      graft_tensor_destroy(got);
+      graft_tensor_destroy(want);
+      for (int j = 0; j < ops[o]->arity; j++) graft_tensor_destroy(in[j]);
+    }
+  graft_runtime_destroy(on);
+  graft_runtime_destroy(off);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graft_function_call__compiled_groups_bitwise_equal_to_interpreted_and_unfused),
+      cmocka_unit_test(test_graft_function_call__groups_interpreted_without_executable_pages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
