@@ -218,7 +218,9 @@ typedef struct group {
   int n_in;
   int kind[GRAFT__FUSED_MAX_IN];   /* GRAFT__FUSED_IN_* */
   int64_t row;                     /* elements of a row input (0: none) */
-  int base[GRAFT__FUSED_MAX_IN + 1]; /* general register of a full input; [n_in]: the output */
+  int n_out;                       /* the output, or the n_dst destinations */
+  int base[GRAFT__FUSED_MAX_IN + GRAFT__UPDATE_MAX_VARS]; /* general register of a full or row
+                                                            input; [n_in + j]: output j */
   int sreg[GRAFT__FUSED_MAX_IN];   /* vector register of a scalar input */
   int last_in[GRAFT__FUSED_MAX_IN]; /* the last member reading a full input */
   int last_m[GRAFT__FUSED_MAX_MEMBERS];
@@ -258,11 +260,14 @@ static void canon_needed(group *g) {
 }
 
 /* Can f compile for these views, and the facts the code needs. */
-static int analyse(group *g, const graft__fused *f, const graft__tview *const *in, int n_in,
-                   const graft__tview *out) {
+static int analyse(group *g, const graft__fused *f, const graft__tview *const *in, int n_in) {
   const int nm = f->n_members;
+  const graft_dtype dt = nm >= 1 ? f->m[nm - 1].dtype : GRAFT_I32;
+  /* the elements the group runs over */
+  const graft__tview shape = {NULL, f->numel, dt, f->rank, f->dims}, *out = &shape;
   g->f = f;
   g->n_in = n_in;
+  g->n_out = f->n_dst ? f->n_dst : 1;
   g->consts = 0;
   g->f64 = out->dtype == GRAFT_F64;
   if (out->dtype != GRAFT_F32 && out->dtype != GRAFT_F64) return 0;
@@ -282,7 +287,7 @@ static int analyse(group *g, const graft__fused *f, const graft__tview *const *i
     n_based += k != GRAFT__FUSED_IN_SCALAR;
     g->last_in[j] = -1;
   }
-  if (n_based + 1 > (int)GRAFT__COUNT(base_regs)) return 0;
+  if (n_based + g->n_out > (int)GRAFT__COUNT(base_regs)) return 0;
   for (int m = 0; m < nm; m++) {
     const graft__fused_member *fm = &f->m[m];
     const graft__node *nd = fm->node;
@@ -337,7 +342,8 @@ static void body(jit_ctx *c, const group *g, uint32_t fixed) {
       if (ref >= 0 && g->kind[ref] != GRAFT__FUSED_IN_SCALAR && g->last_in[ref] == m)
         give(c, in_reg[ref]);
     }
-    if (m == f->n_members - 1) graft__asm_store(c->a, c->f, d, g->base[g->n_in], GRAFT__RAX);
+    if (f->m[m].dst >= 0) graft__asm_store(c->a, c->f, d, g->base[g->n_in + f->m[m].dst], GRAFT__RAX);
+    else if (m == f->n_members - 1) graft__asm_store(c->a, c->f, d, g->base[g->n_in], GRAFT__RAX);
     if (g->last_m[m] == m) give(c, d);
   }
 }
@@ -406,12 +412,12 @@ static int emit(graft__asm *a, const group *gc) {
     graft__asm_broadcast(a, f64, g.sreg[j], GRAFT__RSI);
   }
   int nb = 0;
-  for (int j = 0; j <= g.n_in; j++) {
+  for (int j = 0; j < g.n_in + g.n_out; j++) {
     if (j < g.n_in && g.kind[j] == GRAFT__FUSED_IN_SCALAR) continue;
     g.base[j] = base_regs[nb++];
   }
   /* rdi (the list) is the last base taken, so it is overwritten last */
-  for (int j = 0; j <= g.n_in; j++)
+  for (int j = 0; j < g.n_in + g.n_out; j++)
     if (!(j < g.n_in && g.kind[j] == GRAFT__FUSED_IN_SCALAR))
       graft__asm_mov_load(a, g.base[j], GRAFT__RDI, 8 * j);
 
@@ -442,7 +448,7 @@ void *graft__fused_compile(graft__fused *const *groups, const graft__fused_io *i
   for (int k = 0; k < n; k++) {
     group g;
     pos[k] = SIZE_MAX;
-    if (!analyse(&g, groups[k], io[k].in, io[k].n_in, io[k].out)) continue;
+    if (!groups[k]->n_members || !analyse(&g, groups[k], io[k].in, io[k].n_in)) continue;
     size_t start = (a.len + 15) / 16 * 16;
     while (a.len < start && !a.failed) graft__asm_ret(&a); /* padding, never run */
     if (emit(&a, &g)) pos[k] = start;
@@ -458,10 +464,11 @@ void *graft__fused_compile(graft__fused *const *groups, const graft__fused_io *i
     /* (POSIX: code and data pointers have one representation) */
     void *entry = (uint8_t *)mem + pos[k];
     memcpy(&f->code, &entry, sizeof f->code);
-    f->code_dtype = io[k].out->dtype;
+    const graft__tview shape = {NULL, f->numel, f->m[f->n_members - 1].dtype, f->rank, f->dims};
+    f->code_dtype = shape.dtype;
     f->code_row = 0;
     for (int j = 0; j < io[k].n_in; j++) {
-      f->code_kind[j] = (uint8_t)in_kind(io[k].in[j], io[k].out);
+      f->code_kind[j] = (uint8_t)in_kind(io[k].in[j], &shape);
       if (f->code_kind[j] == GRAFT__FUSED_IN_ROW) f->code_row = io[k].in[j]->numel;
     }
     f->code_n_in = io[k].n_in;

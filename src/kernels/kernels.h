@@ -122,19 +122,34 @@ typedef struct graft__fused_member {
                                   the root's); slots are reused once their
                                   value is read for the last time, in place
                                   when the element sizes agree */
+  int8_t dst;                  /* >= 0: an assign whose value goes to the
+                                  node's destination dst (a group writing
+                                  several variables), read back from there;
+                                  -1 otherwise */
 } graft__fused_member;
 
 /* A group compiled to one loop (fused_jit.c) over elements [begin, end):
- * ptrs holds the group's inputs' data, then its output's; row0 is begin %
- * the length of its row inputs (code_row), if it has any. */
+ * ptrs holds the group's inputs' data, then its output's (or its n_dst
+ * destinations'); row0 is begin % the length of its row inputs
+ * (code_row), if it has any. */
 typedef void (*graft__fused_code)(const void *const *ptrs, int64_t begin, int64_t end, int64_t row0);
 /* How compiled code reads an input: at element i, its one element, at
  * i % code_row (a bias row, graft__is_row_of). */
 enum { GRAFT__FUSED_IN_FULL, GRAFT__FUSED_IN_SCALAR, GRAFT__FUSED_IN_ROW };
 
 typedef struct graft__fused {
-  int n_members;
+  int n_members;               /* 0: merged into another group (sched/fuse.c) */
   int n_slots;
+  /* The elements it runs over: its root's shape.  A group that writes
+   * several variables (n_dst > 0: assigns merged into the group reading
+   * their values) is an UPDATE node in the plan: its value is the
+   * variables' new values packed (n_dst x numel), and it writes variable j
+   * through destination j (kargs in[n_in + j]), as an optimizer step
+   * does; its root writes destination 0. */
+  int64_t numel;
+  int rank;
+  int64_t dims[GRAFT_MAX_RANK];
+  int n_dst;
   int cost;                    /* the members' cost column, summed */
   char name[GRAFT__FUSED_NAME]; /* "fused:mul+add+relu" (traces, DOT) */
   graft__fused_member m[GRAFT__FUSED_MAX_MEMBERS];
@@ -151,11 +166,10 @@ typedef struct graft__fused {
   uint8_t code_kind[GRAFT__FUSED_MAX_IN];
 } graft__fused;
 
-/* A group's views at compile: its inputs' and its value's. */
+/* A group's views at compile: its inputs'. */
 typedef struct graft__fused_io {
   const graft__tview *in[GRAFT__FUSED_MAX_IN];
   int n_in;
-  const graft__tview *out;
 } graft__fused_io;
 
 /* Compiles the groups it can (fused_jit.c: on x86-64 with AVX) and sets

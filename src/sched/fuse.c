@@ -169,19 +169,33 @@ static void assign_slots(graft__fused *f) {
   f->m[nm - 1].slot = -1;
 }
 
+/* "fused:mul+add+relu": f's members (traces, DOT). */
+static void name_group(graft__fused *f) {
+  size_t at = (size_t)snprintf(f->name, sizeof f->name, "fused:");
+  for (int m = 0; m < f->n_members && at < sizeof f->name; m++)
+    at += (size_t)snprintf(f->name + at, sizeof f->name - at, "%s%s", m ? "+" : "",
+                           graft__ops[f->m[m].node->op].name);
+  if (at >= sizeof f->name) memcpy(f->name + sizeof f->name - 4, "...", 4);
+}
+
 /* The program of the group in c->mem, its inputs into ext. */
 static void program(const fuse_ctx *c, graft__fused *f, uint32_t *ext, int *n_ext) {
   *n_ext = count_inputs(c, ext);
   f->n_members = c->n_mem;
   f->cost = 0;
+  f->n_dst = 0;
   f->code = NULL; /* compile() may set it */
-  size_t at = (size_t)snprintf(f->name, sizeof f->name, "fused:");
+  const graft__tview *v = view_of(c, c->root);
+  f->numel = v->numel;
+  f->rank = v->rank;
+  for (int d = 0; d < v->rank; d++) f->dims[d] = v->shape[d];
   for (int m = 0; m < c->n_mem; m++) {
     const graft__node *nd = graft__graph_node(c->g, c->mem[m]);
     graft__fused_member *fm = &f->m[m];
     fm->node = nd;
     fm->fn = graft__kernels[nd->op].run;
     fm->dtype = view_of(c, c->mem[m])->dtype;
+    fm->dst = -1;
     f->cost += graft__ops[nd->op].cost ? graft__ops[nd->op].cost : 1;
     for (int j = 0; j < nd->n_in; j++) {
       uint32_t u = nd->in[j];
@@ -195,11 +209,8 @@ static void program(const fuse_ctx *c, graft__fused *f, uint32_t *ext, int *n_ex
       }
       fm->ref[j] = ref;
     }
-    if (at < sizeof f->name)
-      at += (size_t)snprintf(f->name + at, sizeof f->name - at, "%s%s", m ? "+" : "",
-                             graft__ops[nd->op].name);
   }
-  if (at >= sizeof f->name) memcpy(f->name + sizeof f->name - 4, "...", 4);
+  name_group(f);
   assign_slots(f);
 }
 
@@ -282,6 +293,198 @@ static graft_status read_through_assigns(fuse_ctx *c) {
   return GRAFT_OK;
 }
 
+/* ---- groups writing several variables --------------------------------------
+ *
+ * Adam written as ops makes three groups per variable: the new m (rooted
+ * at its assign), the new v, and the weight, which reads both assigns'
+ * values back.  Merged into the weight's group, the three run as one pass
+ * that writes m, v and w (10 memory streams become 7, and the compiled
+ * loop keeps m and v in registers).  The merged node is an UPDATE in the
+ * plan's graph (kernels.h, graft__fused): it writes several variables,
+ * directly or staged in its packed value as an optimizer step does, so
+ * direct assigns, binding and commit treat it as one. */
+
+typedef struct merge_ctx {
+  graft__plan *p;
+  graft__fused *progs;
+  const uint32_t *roots;
+  int *n_ext;
+  uint32_t *ext_off;
+  uint32_t **ext_all;
+  int64_t *ext_cap, *n_ext_all;
+  uint32_t *group_of; /* 1 + the group a node roots, else 0 */
+  uint32_t *n_read;   /* readers of each node (an output counts as one) */
+} merge_ctx;
+
+static const uint32_t *ext_of(const merge_ctx *mc, int k) { return *mc->ext_all + mc->ext_off[k]; }
+
+/* The variable a member or a group's root assigns. */
+static graft_variable *var_of(const graft__node *assign) { return assign->attr.var.var; }
+
+/* Does a member of f from position from on read the old value of v (an
+ * input that reads the variable, which a merged assign before it would
+ * have overwritten)? */
+static int reads_old(const merge_ctx *mc, const graft__fused *f, const uint32_t *ext, int from,
+                     graft_variable *v) {
+  for (int m = from; m < f->n_members; m++)
+    for (int j = 0; j < f->m[m].node->n_in; j++) {
+      int r = f->m[m].ref[j];
+      const graft__node *x = r >= 0 ? graft__graph_node(mc->p->g, ext[r]) : NULL;
+      if (x && x->op == GRAFT__OP_VAR_READ && x->attr.var.var == v) return 1;
+    }
+  return 0;
+}
+
+/* May group q (an assign's) move into w, which reads its value as input
+ * e_at? */
+static int may_merge(const merge_ctx *mc, int w, int q, int e_at) {
+  const graft__fused *fw = &mc->progs[w], *fq = &mc->progs[q];
+  const graft__graph *g = mc->p->g;
+  const uint32_t e = ext_of(mc, w)[e_at];
+  const graft__node *an = graft__graph_node(g, e);
+  if (q == w || !fq->n_members || fq->n_dst || an->op != GRAFT__OP_ASSIGN || mc->n_read[e] != 1 ||
+      fq->numel != fw->numel || fq->m[fq->n_members - 1].dtype != fw->m[fw->n_members - 1].dtype ||
+      fw->n_members + fq->n_members > GRAFT__FUSED_MAX_MEMBERS ||
+      (fw->n_dst ? fw->n_dst : 1) >= GRAFT__UPDATE_MAX_VARS)
+    return 0;
+  /* a variable written once; nothing after the assign reads its old value */
+  graft_variable *v = var_of(an);
+  if (v == var_of(graft__graph_node(g, mc->roots[w])) || reads_old(mc, fw, ext_of(mc, w), 0, v)) return 0;
+  for (int m = 0; m < fw->n_members; m++)
+    if (fw->m[m].dst >= 0 && var_of(fw->m[m].node) == v) return 0;
+  /* q runs first: none of its inputs may be an assign merged into w
+   * before (its members run after q's) */
+  for (int i = 0; i < mc->n_ext[q]; i++)
+    if (!mc->p->live[ext_of(mc, q)[i]] && mc->group_of[ext_of(mc, q)[i]]) return 0;
+  /* inputs of both, less the assign's value, within the limit */
+  int n = mc->n_ext[q];
+  for (int j = 0; j < mc->n_ext[w]; j++) {
+    int dup = j == e_at;
+    for (int i = 0; i < mc->n_ext[q] && !dup; i++) dup = ext_of(mc, q)[i] == ext_of(mc, w)[j];
+    n += !dup;
+  }
+  return n <= GRAFT__FUSED_MAX_IN;
+}
+
+/* q's members, then w's, in w; w's reads of input e_at read q's assign. */
+static graft_status merge(merge_ctx *mc, int w, int q, int e_at) {
+  graft__fused *fw = &mc->progs[w], *fq = &mc->progs[q];
+  uint32_t ext[GRAFT__FUSED_MAX_IN];
+  int n = 0, map_w[GRAFT__FUSED_MAX_IN];
+  for (int i = 0; i < mc->n_ext[q]; i++) ext[n++] = ext_of(mc, q)[i];
+  for (int j = 0; j < mc->n_ext[w]; j++) {
+    map_w[j] = -1;
+    if (j == e_at) continue;
+    for (int i = 0; i < n && map_w[j] < 0; i++)
+      if (ext[i] == ext_of(mc, w)[j]) map_w[j] = i;
+    if (map_w[j] < 0) {
+      map_w[j] = n;
+      ext[n++] = ext_of(mc, w)[j];
+    }
+  }
+  const int nq = fq->n_members, nw = fw->n_members;
+  graft__fused_member m[GRAFT__FUSED_MAX_MEMBERS];
+  memcpy(m, fq->m, (size_t)nq * sizeof *m);
+  for (int i = 0; i < nw; i++) {
+    m[nq + i] = fw->m[i];
+    for (int j = 0; j < fw->m[i].node->n_in; j++) {
+      int r = fw->m[i].ref[j];
+      m[nq + i].ref[j] = (int8_t)(r < 0 ? r - nq : r == e_at ? -1 - (nq - 1) : map_w[r]);
+    }
+  }
+  if (!fw->n_dst) { /* the root writes destination 0 */
+    fw->n_dst = 1;
+    m[nq + nw - 1].dst = 0;
+  }
+  m[nq - 1].dst = (int8_t)fw->n_dst++;
+  memcpy(fw->m, m, (size_t)(nq + nw) * sizeof *m);
+  fw->n_members = nq + nw;
+  fw->cost += fq->cost;
+  fq->n_members = 0;
+  name_group(fw);
+  assign_slots(fw);
+  if (graft__grow((void **)mc->ext_all, mc->ext_cap, *mc->n_ext_all + n, sizeof **mc->ext_all))
+    return GRAFT_ENOMEM;
+  memcpy(*mc->ext_all + *mc->n_ext_all, ext, (size_t)n * sizeof *ext);
+  mc->ext_off[w] = (uint32_t)*mc->n_ext_all;
+  mc->n_ext[w] = n;
+  *mc->n_ext_all += n;
+  mc->p->live[mc->roots[q]] = 0; /* its work is w's now */
+  return GRAFT_OK;
+}
+
+/* An UPDATE's units are its input 0's elements: one of the group's shape
+ * goes first. */
+static void full_input_first(merge_ctx *mc, int w) {
+  graft__fused *f = &mc->progs[w];
+  uint32_t *ext = *mc->ext_all + mc->ext_off[w];
+  int at = -1;
+  for (int j = 0; j < mc->n_ext[w] && at < 0; j++)
+    if (graft__plan_view(mc->p, ext[j])->numel == f->numel) at = j;
+  if (at <= 0) return;
+  uint32_t t = ext[0];
+  ext[0] = ext[at];
+  ext[at] = t;
+  for (int m = 0; m < f->n_members; m++)
+    for (int j = 0; j < f->m[m].node->n_in; j++)
+      f->m[m].ref[j] = (int8_t)(f->m[m].ref[j] == 0 ? at : f->m[m].ref[j] == at ? 0 : f->m[m].ref[j]);
+}
+
+/* Merge every assign group read only by another assign group's members
+ * into it; *n_merged: groups merged away (n_members 0). */
+static graft_status merge_assigns(merge_ctx *mc, int n_groups, int *n_merged) {
+  graft__plan *p = mc->p;
+  const graft__graph *g = p->g;
+  const uint32_t n = g->n_nodes;
+  *n_merged = 0;
+  mc->group_of = graft__calloc(n ? n : 1, sizeof *mc->group_of);
+  mc->n_read = graft__calloc(n ? n : 1, sizeof *mc->n_read);
+  if (!mc->group_of || !mc->n_read) return GRAFT_ENOMEM;
+  for (int k = 0; k < n_groups; k++) mc->group_of[mc->roots[k]] = (uint32_t)k + 1;
+  for (uint32_t id = 0; id < n; id++) {
+    const graft__node *nd = graft__graph_node(g, id);
+    if (!p->live[id] || mc->group_of[id]) continue;
+    for (int j = 0; j < nd->n_in; j++) mc->n_read[nd->in[j]]++;
+  }
+  for (int k = 0; k < n_groups; k++)
+    for (int j = 0; j < mc->n_ext[k]; j++) mc->n_read[ext_of(mc, k)[j]]++;
+  for (int i = 0; i < g->n_outputs; i++) mc->n_read[g->outputs[i]]++;
+  for (int w = 0; w < n_groups; w++) {
+    graft__fused *fw = &mc->progs[w];
+    const graft__node *rn = graft__graph_node(g, mc->roots[w]);
+    /* its packed value read by nothing, as a direct optimizer step's */
+    if (!fw->n_members || rn->op != GRAFT__OP_ASSIGN || mc->n_read[mc->roots[w]]) continue;
+    for (int j = 0; j < mc->n_ext[w]; j++) {
+      uint32_t e = ext_of(mc, w)[j];
+      int q = (int)mc->group_of[e] - 1;
+      if (q < 0 || !may_merge(mc, w, q, j)) continue;
+      graft_status st = merge(mc, w, q, j);
+      if (st) return st;
+      ++*n_merged;
+      j = -1; /* its inputs changed: look again */
+    }
+    if (fw->n_dst) full_input_first(mc, w);
+  }
+  return GRAFT_OK;
+}
+
+/* The node of a group writing several variables: an UPDATE of them whose
+ * value packs their new values (kernels.h). */
+static graft_status make_update(graft__plan *p, graft__node *r, const graft__fused *f) {
+  int64_t packed;
+  if (graft__size_mul(f->numel, f->n_dst, &packed)) return GRAFT_ENOMEM;
+  r->op = GRAFT__OP_UPDATE;
+  memset(&r->attr.update, 0, sizeof r->attr.update);
+  r->attr.update.n_vars = f->n_dst;
+  for (int m = 0; m < f->n_members; m++)
+    if (f->m[m].dst >= 0) r->attr.update.var[f->m[m].dst] = var_of(f->m[m].node);
+  graft__tview *v = graft__plan_view(p, r->id);
+  v->numel = packed;
+  v->rank = 1;
+  p->shapes[(size_t)r->id * GRAFT_MAX_RANK] = packed;
+  return GRAFT_OK;
+}
+
 /* The groups as machine code where fused_jit.c takes them (the others
  * keep the interpreter). */
 static graft_status compile(graft__plan *p, const uint32_t *roots, int n_groups) {
@@ -295,10 +498,9 @@ static graft_status compile(graft__plan *p, const uint32_t *roots, int n_groups)
   for (int k = 0; k < n_groups; k++) {
     const graft__node *r = graft__graph_node(p->g, roots[k]);
     gs[k] = &p->fused[k];
-    io[k].n_in = r->n_in;
-    for (int j = 0; j < r->n_in && j < GRAFT__FUSED_MAX_IN; j++)
+    io[k].n_in = p->fused[k].n_members ? r->n_in : 0; /* (merged away: not compiled) */
+    for (int j = 0; j < io[k].n_in && j < GRAFT__FUSED_MAX_IN; j++)
       io[k].in[j] = graft__plan_view(p, r->in[j]);
-    io[k].out = graft__plan_view(p, roots[k]);
   }
   p->fused_code = graft__fused_compile(gs, io, n_groups, &p->fused_code_len);
   for (int k = 0; k < n_groups; k++) p->stats.fused_compiled += p->fused[k].code != NULL;
@@ -364,7 +566,13 @@ graft_status graft__plan_fuse(graft__plan *p) {
     }
     for (int j = 0; j < nd->n_in; j++) c.needed[nd->in[j]] = 1;
   }
-  p->stats.fused_groups = n_groups;
+  int n_merged = 0;
+  merge_ctx mc = {p, progs, roots, n_ext, ext_off, &ext_all, &ext_cap, &n_ext_all, NULL, NULL};
+  graft_status mst = merge_assigns(&mc, n_groups, &n_merged);
+  graft__free(mc.group_of);
+  graft__free(mc.n_read);
+  if (mst) goto out;
+  p->stats.fused_groups = n_groups - n_merged;
   st = GRAFT_OK;
   p->fused = progs;
   p->fused_in = ext_all;
@@ -382,7 +590,9 @@ graft_status graft__plan_fuse(graft__plan *p) {
   for (int k = 0; k < n_groups; k++) {
     graft__fused *f = &p->fused[k];
     f->root = *graft__graph_node(g, roots[k]);
-    f->m[f->n_members - 1].node = &f->root;
+    /* (a group merged into another has no members: its root's copy is
+     * what its assign member there runs) */
+    if (f->n_members) f->m[f->n_members - 1].node = &f->root;
     group_of[roots[k]] = (uint32_t)k + 1;
   }
   for (int k = 0; k < n_groups; k++)
@@ -392,6 +602,7 @@ graft_status graft__plan_fuse(graft__plan *p) {
     }
   for (int k = 0; k < n_groups && !st; k++) {
     graft__fused *f = &p->fused[k];
+    if (!f->n_members) continue;
     graft__node *r = graft__plan_writable(p, roots[k]);
     if (!r) {
       st = GRAFT_ENOMEM;
@@ -400,6 +611,7 @@ graft_status graft__plan_fuse(graft__plan *p) {
     r->n_in = n_ext[k];
     r->in = p->fused_in + ext_off[k];
     r->fused = f;
+    if (f->n_dst) st = make_update(p, r, f);
   }
   if (!st && n_groups && p->opts.fusion == GRAFT__FUSION_COMPILED) st = compile(p, roots, n_groups);
 out:

@@ -871,15 +871,17 @@ static void test_graft_function_call__fused_hvp_and_jvp_bitwise_equal(void **sta
 
 /* ==== a call that fails on data next to fused groups ============================ */
 
-enum { XN = 6, XD = 7, XC = 5 };
+enum { XN = 6, XD = 7, XC = 5, NV = 6 };
 
 typedef struct xent_net {
   graft_variable *W, *b, *s, *u; /* [XD, XC], [XC], [], [XN, XC] */
+  graft_variable *m, *v;         /* [XD, XC]: W's Adam moments */
 } xent_net;
 
 /* in: x [XN, XD], labels [XN].  logits = 3 tanh(x W + b) (fused); the
  * loss feeds a fused chain that assigns s and an output; alongside, fused
- * chains assign u (reading the logits) and b (its own chain).  out:
+ * chains assign u (reading the logits) and b (its own chain), and an Adam
+ * step written as ops updates W, m and v (one merged node).  out:
  * 2 loss + 1, sigmoid(logits). */
 static graft_status xent_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,
                                graft_value **out, void *user) {
@@ -895,6 +897,18 @@ static graft_status xent_trace(graft_trace *t, int n_in, graft_value *const *in,
   graft_assign(t, n->u, graft_add(t, graft_mul(t, graft_read(t, n->u), half),
                                   graft_mul(t, graft_relu(t, logits), half)));
   graft_assign(t, n->b, graft_sub(t, b, graft_mul(t, graft_tanh(t, b), graft_scalar(t, GRAFT_F32, 0.1))));
+  /* Adam on W written as ops, with a stand-in gradient: the m, v and W
+   * groups merge into one node writing three variables */
+  graft_value *w = graft_read(t, n->W), *g = graft_mul(t, graft_sin(t, w), graft_scalar(t, GRAFT_F32, 0.01));
+  graft_value *mn = graft_add(t, graft_mul(t, graft_scalar(t, GRAFT_F32, 0.9), graft_read(t, n->m)),
+                              graft_mul(t, graft_scalar(t, GRAFT_F32, 0.1), g));
+  graft_value *vn = graft_add(t, graft_mul(t, graft_scalar(t, GRAFT_F32, 0.999), graft_read(t, n->v)),
+                              graft_mul(t, graft_mul(t, graft_scalar(t, GRAFT_F32, 0.001), g), g));
+  graft_assign(t, n->m, mn);
+  graft_assign(t, n->v, vn);
+  graft_assign(t, n->W, graft_sub(t, w, graft_mul(t, graft_scalar(t, GRAFT_F32, 0.01),
+                                                  graft_div(t, mn, graft_add(t, graft_sqrt(t, vn),
+                                                                             graft_scalar(t, GRAFT_F32, 1e-8f))))));
   out[0] = graft_add(t, graft_mul(t, loss, graft_scalar(t, GRAFT_F32, 2.0)), graft_scalar(t, GRAFT_F32, 1.0));
   out[1] = graft_sigmoid(t, logits);
   return GRAFT_OK;
@@ -919,7 +933,9 @@ static void check_xent_failure(const char *sched, int threads, int64_t grain) {
   tu_assert_status(graft_variable_create(NULL, "b", GRAFT_F32, 1, bs, graft_tensor_data(b0), 0, &n.b), GRAFT_OK);
   tu_assert_status(graft_variable_create(NULL, "s", GRAFT_F32, 0, NULL, &s0, 0, &n.s), GRAFT_OK);
   tu_assert_status(graft_variable_create(NULL, "u", GRAFT_F32, 2, us, graft_tensor_data(u0), 0, &n.u), GRAFT_OK);
-  graft_variable *vars[4] = {n.W, n.b, n.s, n.u};
+  tu_assert_status(graft_variable_create(NULL, "m", GRAFT_F32, 2, ws, graft_tensor_data(w0), 0, &n.m), GRAFT_OK);
+  tu_assert_status(graft_variable_create(NULL, "v", GRAFT_F32, 2, ws, graft_tensor_data(w0), 0, &n.v), GRAFT_OK);
+  graft_variable *vars[NV] = {n.W, n.b, n.s, n.u, n.m, n.v};
   graft_tensor *in[2] = {tu_tensor_rand(&r, GRAFT_F32, 2, xs, -1, 1),
                          tu_tensor_rand(&r, GRAFT_I32, 1, ls, 0, XC - 1)};
   graft_runtime *rt = runtime(sched, threads, grain, "on");
@@ -937,6 +953,14 @@ static void check_xent_failure(const char *sched, int threads, int64_t grain) {
       if (k.groups < 4 || ps.direct_assigns < 1)
         fail_msg("%s: %lld fused nodes, %lld direct assigns", ctx, (long long)k.groups,
                  (long long)ps.direct_assigns);
+      /* W's update is one node writing W, m and v */
+      const graft__plan *p = graft__function_plan(f);
+      int merged = 0;
+      for (uint32_t i = 0; i < p->n_order; i++) {
+        const graft__node *nd = graft__graph_node(p->g, p->order[i]);
+        merged += nd->fused && nd->fused->n_dst == 3 && nd->op == GRAFT__OP_UPDATE;
+      }
+      if (merged != 1) fail_msg("%s: %d nodes write W, m and v together", ctx, merged);
       for (int i = 0; i < 2; i++) memset(graft_tensor_data(out[i]), 0x5a,
                                          (size_t)graft_tensor_numel(out[i]) * graft_dtype_size(GRAFT_F32));
     } else {
@@ -944,8 +968,8 @@ static void check_xent_failure(const char *sched, int threads, int64_t grain) {
       out[1] = tu_tensor_from(GRAFT_F32, 2, us, NULL);
       memset(graft_tensor_data(out[1]), 0x5a, (size_t)(XN * XC) * sizeof(float));
     }
-    graft_tensor *keep_out[2] = {tu_copy(out[0]), tu_copy(out[1])}, *keep_var[4];
-    snap(vars, 4, keep_var);
+    graft_tensor *keep_out[2] = {tu_copy(out[0]), tu_copy(out[1])}, *keep_var[NV];
+    snap(vars, NV, keep_var);
     int32_t good = labels[XN - 2];
     labels[XN - 2] = fresh ? -1 : XC;
     graft_status st = graft_function_call(f, 2, in, 2, out);
@@ -955,12 +979,12 @@ static void check_xent_failure(const char *sched, int threads, int64_t grain) {
     tu_assert_msg_has(graft_function_errmsg(f), "out of range");
     for (int i = 0; i < 2; i++)
       if (!tu_bitwise_equal(out[i], keep_out[i])) fail_msg("%s: the failed call wrote the caller's output %d", ctx, i);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NV; i++)
       if (!tu_bitwise_equal(graft_variable_value(vars[i]), keep_var[i]))
         fail_msg("%s: the failed call (%s) changed variable %d", ctx, fresh ? "first" : "second", i);
     tu_destroy_outs(out, 2);
     tu_destroy_outs(keep_out, 2);
-    tu_destroy_outs(keep_var, 4);
+    tu_destroy_outs(keep_var, NV);
     graft_function_destroy(f);
   }
   graft_runtime_destroy(rt);
@@ -968,7 +992,7 @@ static void check_xent_failure(const char *sched, int threads, int64_t grain) {
   graft_tensor_destroy(w0);
   graft_tensor_destroy(u0);
   graft_tensor_destroy(b0);
-  for (int i = 0; i < 4; i++) graft_variable_destroy(vars[i]);
+  for (int i = 0; i < NV; i++) graft_variable_destroy(vars[i]);
 }
 
 static void test_graft_function_call__fused_groups_next_to_failed_label_change_nothing(void **state) {
