@@ -15,8 +15,9 @@
  *                  w := w - (lr / c1) (m / (sqrt(v) / c2s + eps))
  *                with c1 = 1 - b1^t, c2s = sqrt(1 - b2^t) from a step
  *                counter (f64, like graft's): 13 ops and 3 assigns per
- *                variable; fusion on: its 3 groups per variable compiled
- *                to machine code (kernels/fused_jit.c);
+ *                variable; fusion on: each variable's m, v and w groups
+ *                merged into one node (sched/fuse.c) and compiled to one
+ *                loop of machine code (kernels/fused_jit.c);
  *   ops_off      the same, fusion off;
  *   ops_interp   the same, fusion interp: the groups run by the
  *                interpreter (each member a pass over L1-sized chunks);
