@@ -356,14 +356,17 @@ static int may_merge(const merge_ctx *mc, int w, int q, int e_at) {
    * before (its members run after q's) */
   for (int i = 0; i < mc->n_ext[q]; i++)
     if (!mc->p->live[ext_of(mc, q)[i]] && mc->group_of[ext_of(mc, q)[i]]) return 0;
-  /* inputs of both, less the assign's value, within the limit */
-  int n = mc->n_ext[q];
+  /* inputs of both, less the assign's value, within the limit; one of
+   * them of the group's shape (an UPDATE's units are its input 0's) */
+  int n = mc->n_ext[q], full = 0;
+  for (int i = 0; i < mc->n_ext[q]; i++) full |= graft__plan_view(mc->p, ext_of(mc, q)[i])->numel == fw->numel;
   for (int j = 0; j < mc->n_ext[w]; j++) {
     int dup = j == e_at;
     for (int i = 0; i < mc->n_ext[q] && !dup; i++) dup = ext_of(mc, q)[i] == ext_of(mc, w)[j];
     n += !dup;
+    full |= !dup && graft__plan_view(mc->p, ext_of(mc, w)[j])->numel == fw->numel;
   }
-  return n <= GRAFT__FUSED_MAX_IN;
+  return n <= GRAFT__FUSED_MAX_IN && full;
 }
 
 /* q's members, then w's, in w; w's reads of input e_at read q's assign. */

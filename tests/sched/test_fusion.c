@@ -1103,6 +1103,49 @@ static graft_status assign_trace(graft_trace *t, int n_in, graft_value *const *i
   return GRAFT_OK;
 }
 
+/* a := col + row (an [N, C] value from a column and a row: no input of
+ * the group's shape); b := 2 a (the new a) + row.  Merging a's group into
+ * b's would leave no input of the shape to count the units by; the plan
+ * must keep them apart (or at least compute what unfused does). */
+static graft_status no_full_trace(graft_trace *t, int n_in, graft_value *const *in, int n_out,
+                                  graft_value **out, void *user) {
+  (void)n_in, (void)n_out;
+  graft_variable *const *v = user;
+  graft_assign(t, v[0], graft_add(t, in[0], in[1]));
+  graft_assign(t, v[1], graft_add(t, graft_mul(t, graft_read(t, v[0]), graft_scalar(t, GRAFT_F32, 2.0)), in[1]));
+  out[0] = graft_reduce_sum(t, in[1], 0, NULL, 0);
+  return GRAFT_OK;
+}
+
+static void test_graft_function_call__fused_assigns_merge_only_with_an_input_of_their_shape(void **state) {
+  (void)state;
+  enum { N = 37, C = 24 };
+  tu_rng r = {0xf011};
+  const int64_t cs[2] = {N, 1}, rs[1] = {C}, vs[2] = {N, C};
+  graft_tensor *in[2] = {tu_tensor_rand(&r, GRAFT_F32, 2, cs, -1, 1), tu_tensor_rand(&r, GRAFT_F32, 1, rs, -1, 1)};
+  graft_tensor *got[2], *want[2];
+  for (int fused = 0; fused < 2; fused++) {
+    graft_variable *v[2];
+    for (int i = 0; i < 2; i++)
+      tu_assert_status(graft_variable_create(NULL, i ? "b" : "a", GRAFT_F32, 2, vs, NULL, 0, &v[i]), GRAFT_OK);
+    graft_runtime *rt = runtime("ws", 2, 64, fused ? "on" : "off");
+    graft_function *f = tu_function(rt, "no_full", no_full_trace, v, 2, 1, NULL);
+    graft_tensor *out = NULL;
+    tu_assert_call_ok(f, 2, in, 1, &out);
+    if (fused) plan_checked(f, "no_full");
+    for (int i = 0; i < 2; i++) (fused ? got : want)[i] = tu_copy(graft_variable_value(v[i]));
+    graft_tensor_destroy(out);
+    graft_function_destroy(f);
+    graft_runtime_destroy(rt);
+    for (int i = 0; i < 2; i++) graft_variable_destroy(v[i]);
+  }
+  for (int i = 0; i < 2; i++)
+    if (!tu_bitwise_equal(got[i], want[i])) fail_msg("variable %s differs from the unfused plan's", i ? "b" : "a");
+  tu_destroy_outs(got, 2);
+  tu_destroy_outs(want, 2);
+  tu_destroy_outs(in, 2);
+}
+
 static void test_graft_function_call__fused_assign_root_writes_variable(void **state) {
   (void)state;
   enum { AN = 3000, CALLS = 3 };
@@ -1469,6 +1512,7 @@ int main(void) {
       TU_WATCHED_TEST(test_graft_function_stats__fused_groups_ops_and_dropped),
       TU_WATCHED_TEST(test_graft_runtime_create__fusion_setting),
       TU_WATCHED_TEST(test_graft_function_call__fused_assign_root_writes_variable),
+      TU_WATCHED_TEST(test_graft_function_call__fused_assigns_merge_only_with_an_input_of_their_shape),
       TU_WATCHED_TEST(test_graft_function_call__fused_tiles_cutting_chunks),
       TU_WATCHED_TEST(test_graft_function_call__fused_groups_next_to_failed_label_change_nothing),
       TU_WATCHED_TEST(test_graft_function_call__fused_mlp_adam_step_bitwise_equal),
