@@ -86,6 +86,7 @@ typedef struct fusion_count {
   int64_t cut; /* fused nodes cut into tiles of several chunks each, the
                   last one short (a tile boundary inside a chunk's run) */
   int64_t compiled; /* fused nodes compiled to machine code */
+  int64_t merged;   /* fused nodes writing several variables */
 } fusion_count;
 
 /* The plan of f's last call passes the memory plan checker, and its fused
@@ -98,12 +99,13 @@ static fusion_count plan_checked(graft_function *f, const char *ctx) {
   if (st != GRAFT_OK) fail_msg("%s: plan check: %s: %s", ctx, graft_status_name(st), msg);
   graft_plan_stats ps;
   tu_assert_status(graft_function_stats(f, &ps), GRAFT_OK);
-  fusion_count c = {0, 0, ps.fused_dropped, 0, 0};
+  fusion_count c = {0, 0, ps.fused_dropped, 0, 0, 0};
   for (uint32_t i = 0; i < p->n_order; i++) {
     const graft__node *n = graft__graph_node(p->g, p->order[i]);
     if (!n->fused) continue;
     c.groups++;
     c.compiled += n->fused->code != NULL;
+    c.merged += n->fused->n_dst > 0;
     c.ops += n->fused->n_members;
     const graft__tiling *tl = &p->tiling[i];
     c.cut += tl->n >= 2 && tl->len > GRAFT__FUSED_CHUNK && tl->len % GRAFT__FUSED_CHUNK != 0;
@@ -186,6 +188,7 @@ static void fcase_run(graft_runtime *rt, const fcase *c, fresult *r) {
       r->fused.dropped += k.dropped;
       r->fused.cut += k.cut;
       r->fused.compiled += k.compiled;
+      r->fused.merged += k.merged;
     }
   }
   graft_function_destroy(f);
@@ -227,7 +230,7 @@ static fusion_count fcase_check(const fcase *c, graft_runtime *const *rts, const
                                 int n_rts, const char *ctx) {
   fresult ref, got;
   char why[512];
-  fusion_count sum = {0, 0, 0, 0, 0};
+  fusion_count sum = {0, 0, 0, 0, 0, 0};
   tu_watchdog_step("%s: the unfused reference", ctx);
   fcase_run(rts[0], c, &ref);
   if (ref.st != GRAFT_OK) {
@@ -244,6 +247,7 @@ static fusion_count fcase_check(const fcase *c, graft_runtime *const *rts, const
     sum.dropped += got.fused.dropped;
     sum.cut += got.fused.cut;
     sum.compiled += got.fused.compiled;
+    sum.merged += got.fused.merged;
     fresult_free(&got);
     if (why[0]) {
       fresult_free(&ref);
@@ -267,6 +271,8 @@ typedef struct ew_spec {
   int64_t d[2];
   int n_ops;
   graft_variable *var; /* of the shape: assigned through a chain */
+  graft_variable *var2; /* of the shape: assigned from var's new value (the
+                           two assign groups merge into one node) */
   int grain;           /* index into k_grains (every runtime of the case) */
 } ew_spec;
 
@@ -303,10 +309,13 @@ static void ew_inputs_make(ew_spec *s, fcase *c) {
   graft_tensor *v0 = tu_tensor_rand(&r, dt, s->rank, sh, -1, 1);
   tu_assert_status(graft_variable_create(NULL, "ew_v", dt, s->rank, sh, graft_tensor_data(v0), 0, &s->var),
                    GRAFT_OK);
+  tu_assert_status(graft_variable_create(NULL, "ew_w", dt, s->rank, sh, graft_tensor_data(c->in[1]), 0, &s->var2),
+                   GRAFT_OK);
   graft_tensor_destroy(v0);
   c->n_in = 4;
   c->state[0] = s->var;
-  c->n_state = 1;
+  c->state[1] = s->var2;
+  c->n_state = 2;
   fcase_snapshot(c);
 }
 
@@ -314,7 +323,8 @@ static void ew_inputs_free(ew_spec *s, fcase *c) {
   for (int i = 0; i < c->n_in; i++) graft_tensor_destroy(c->in[i]);
   fcase_free_snapshot(c);
   graft_variable_destroy(s->var);
-  s->var = NULL;
+  graft_variable_destroy(s->var2);
+  s->var = s->var2 = NULL;
 }
 
 /* Another operand for a: a pool value, the bias, a scalar or an input. */
@@ -448,6 +458,9 @@ static graft_status ew_trace(graft_trace *t, int n_in, graft_value *const *in, i
   graft_value *upd = graft_mul_add(t, v, scalar(g, 0.5),
                                    graft_mul(t, scalar(g, 0.5), graft_tanh(t, pick(g).v)));
   graft_assign(t, s->var, upd);
+  /* var2 := var2 - (var's new value) / 4: read back through var's assign */
+  graft_assign(t, s->var2, graft_sub(t, graft_read(t, s->var2),
+                                     graft_mul(t, graft_read(t, s->var), scalar(g, 0.25))));
   for (int i = 0; i < n_out; i++) out[i] = i == 0 ? g->pool[g->n - 1].v : pick(g).v;
   free(g);
   return GRAFT_OK;
@@ -574,7 +587,7 @@ static fusion_count run_family(int fam, uint64_t first, int64_t n) {
   const char *labels[NG][N_RTS];
   char buf[NG][N_RTS][48];
   for (int gi = 0; gi < NG; gi++) runtimes_make(k_grains[gi], rts[gi], labels[gi], buf[gi]);
-  fusion_count sum = {0, 0, 0, 0, 0};
+  fusion_count sum = {0, 0, 0, 0, 0, 0};
   if (only_seed()) {
     first = strtoull(only_seed(), NULL, 10);
     n = 1;
@@ -585,12 +598,13 @@ static fusion_count run_family(int fam, uint64_t first, int64_t n) {
     fusion_count got = check_seed(fam, seed, rts[gi], labels[gi], N_RTS);
     sum.groups += got.groups, sum.ops += got.ops, sum.dropped += got.dropped, sum.cut += got.cut;
     sum.compiled += got.compiled;
+    sum.merged += got.merged;
   }
   for (int gi = 0; gi < NG; gi++) runtimes_free(rts[gi]);
-  print_message("%s: %lld cases; over %d fused runs each: %lld fused nodes of %lld ops (%lld compiled), "
-                "%lld values dropped, %lld nodes with tiles cutting chunks\n",
+  print_message("%s: %lld cases; over %d fused runs each: %lld fused nodes of %lld ops (%lld compiled, "
+                "%lld writing several variables), %lld values dropped, %lld nodes with tiles cutting chunks\n",
                 k_family[fam], (long long)n, N_RTS - 1, (long long)sum.groups, (long long)sum.ops,
-                (long long)sum.compiled, (long long)sum.dropped, (long long)sum.cut);
+                (long long)sum.compiled, (long long)sum.merged, (long long)sum.dropped, (long long)sum.cut);
   return sum;
 }
 
@@ -614,6 +628,9 @@ static void test_graft_function_call__fused_elementwise_graphs_bitwise_equal_to_
   assert_true(ew.groups > 0);
   assert_true(ew.ops > 2 * ew.groups);
   assert_true(ew.dropped > 0);
+  /* var's and var2's assign groups merged into one node (unless a chain
+   * reads var's new value elsewhere) */
+  assert_true(ew.merged > 0);
   /* Tiles whose boundaries fall inside a chunk ran (and matched). */
   assert_true(ew.cut > 0);
   /* Groups ran compiled (where graft compiles) and interpreted. */
@@ -640,7 +657,7 @@ static void test_graft_function_call__fused_random_dags_under_lanes_numa_and_loc
   for (int k = 0; k < 5; k++) rts[k] = tu_runtime_from(&o[k]);
   int64_t n = tu_env_count("GRAFT_TEST_DAGS", DEFAULT_DAGS) / 15;
   const char *only = only_seed();
-  fusion_count sum = {0, 0, 0, 0, 0};
+  fusion_count sum = {0, 0, 0, 0, 0, 0};
   const int saved = graft__memplan_max_exact;
   for (int local = 0; local < 2; local++) {
     graft__memplan_max_exact = local ? 0 : saved;
