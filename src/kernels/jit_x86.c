@@ -160,11 +160,22 @@ void graft__asm_mov_imm64(graft__asm *a, int d, uint64_t v) {
   u32(a, (uint32_t)(v >> 32));
 }
 
-void graft__asm_mov(graft__asm *a, int d, int s) {
-  rex(a, 1, s, d);
-  byte(a, 0x89);
+/* op r/m64 = d, r64 = s (register to register). */
+static void alu_rr(graft__asm *a, int w, unsigned op, int d, int s) {
+  rex(a, w, s, d);
+  byte(a, op);
   byte(a, 0xC0 | (s & 7) << 3 | (d & 7));
 }
+
+/* op r/m64, imm32 (opcode 81, ext the ModRM reg field's /digit). */
+static void alu_ri(graft__asm *a, int ext, int r, int32_t v) {
+  rex(a, 1, 0, r);
+  byte(a, 0x81);
+  byte(a, 0xC0 | ext << 3 | (r & 7));
+  u32(a, (uint32_t)v);
+}
+
+void graft__asm_mov(graft__asm *a, int d, int s) { alu_rr(a, 1, 0x89, d, s); }
 
 void graft__asm_shl(graft__asm *a, int r, int bits) {
   rex(a, 1, 0, r);
@@ -173,31 +184,14 @@ void graft__asm_shl(graft__asm *a, int r, int bits) {
   byte(a, bits);
 }
 
-void graft__asm_add_imm(graft__asm *a, int r, int32_t v) {
-  rex(a, 1, 0, r);
-  byte(a, 0x81);
-  byte(a, 0xC0 | (r & 7));
-  u32(a, (uint32_t)v);
-}
+void graft__asm_add_imm(graft__asm *a, int r, int32_t v) { alu_ri(a, 0, r, v); }
 
-void graft__asm_zero(graft__asm *a, int r) {
-  rex(a, 0, r, r); /* xor r32, r32 (clears the upper half too) */
-  byte(a, 0x31);
-  byte(a, 0xC0 | (r & 7) << 3 | (r & 7));
-}
+/* xor r32, r32 (clears the upper half too) */
+void graft__asm_zero(graft__asm *a, int r) { alu_rr(a, 0, 0x31, r, r); }
 
-void graft__asm_cmp_reg(graft__asm *a, int d, int s) {
-  rex(a, 1, s, d);
-  byte(a, 0x39);
-  byte(a, 0xC0 | (s & 7) << 3 | (d & 7));
-}
+void graft__asm_cmp_reg(graft__asm *a, int d, int s) { alu_rr(a, 1, 0x39, d, s); }
 
-void graft__asm_cmp_imm(graft__asm *a, int r, int32_t v) {
-  rex(a, 1, 0, r);
-  byte(a, 0x81);
-  byte(a, 0xF8 | (r & 7)); /* /7 */
-  u32(a, (uint32_t)v);
-}
+void graft__asm_cmp_imm(graft__asm *a, int r, int32_t v) { alu_ri(a, 7, r, v); }
 
 void graft__asm_test_al(graft__asm *a, uint8_t v) {
   byte(a, 0xA8);

@@ -321,12 +321,10 @@ static const uint32_t *ext_of(const merge_ctx *mc, int k) { return *mc->ext_all 
 /* The variable a member or a group's root assigns. */
 static graft_variable *var_of(const graft__node *assign) { return assign->attr.var.var; }
 
-/* Does a member of f from position from on read the old value of v (an
- * input that reads the variable, which a merged assign before it would
- * have overwritten)? */
-static int reads_old(const merge_ctx *mc, const graft__fused *f, const uint32_t *ext, int from,
-                     graft_variable *v) {
-  for (int m = from; m < f->n_members; m++)
+/* Does a member of f read the old value of v (an input that reads the
+ * variable, which an assign merged before it would have overwritten)? */
+static int reads_old(const merge_ctx *mc, const graft__fused *f, const uint32_t *ext, graft_variable *v) {
+  for (int m = 0; m < f->n_members; m++)
     for (int j = 0; j < f->m[m].node->n_in; j++) {
       int r = f->m[m].ref[j];
       const graft__node *x = r >= 0 ? graft__graph_node(mc->p->g, ext[r]) : NULL;
@@ -349,7 +347,7 @@ static int may_merge(const merge_ctx *mc, int w, int q, int e_at) {
     return 0;
   /* a variable written once; nothing after the assign reads its old value */
   graft_variable *v = var_of(an);
-  if (v == var_of(graft__graph_node(g, mc->roots[w])) || reads_old(mc, fw, ext_of(mc, w), 0, v)) return 0;
+  if (v == var_of(graft__graph_node(g, mc->roots[w])) || reads_old(mc, fw, ext_of(mc, w), v)) return 0;
   for (int m = 0; m < fw->n_members; m++)
     if (fw->m[m].dst >= 0 && var_of(fw->m[m].node) == v) return 0;
   /* q runs first: none of its inputs may be an assign merged into w
